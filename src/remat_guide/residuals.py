@@ -1,0 +1,235 @@
+"""What a function's backward pass keeps from its forward pass, as data."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.extend.core
+import numpy as np
+from jax._src import source_info_util
+
+__all__ = ["Residual", "Residuals", "saved_residuals"]
+
+# Notebook cells are compiled from files like /tmp/ipykernel_12345/678.py: the folder
+# changes with every kernel, so such locations are shown as "<cell>".
+_NOTEBOOK_CELL = re.compile(r"ipykernel_\d+")
+
+KINDS = ("argument", "named", "primitive", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class Residual:
+    """One value that the forward pass keeps for the backward pass.
+
+    Attributes:
+        shape: The value's shape.
+        dtype: The value's dtype.
+        kind: ``"argument"`` (an input of the function), ``"named"`` (a value tagged
+            with ``jax.ad_checkpoint.checkpoint_name``), ``"primitive"`` (the output of
+            a primitive) or ``"constant"`` (a constant captured by the function).
+        name: The argument's name (with its pytree path), the checkpoint name, or the
+            primitive's name.
+        location: Where the value was computed, as ``file:line (function)`` with the
+            file's base name only (``<cell>`` for a notebook cell), so that it is the
+            same on every run; empty for arguments and constants.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str
+    name: str
+    location: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the value occupies."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def source(self) -> str:
+        """The name and, for computed values, where they were computed."""
+        return f"{self.name} at {self.location}" if self.location else self.name
+
+    @property
+    def type_str(self) -> str:
+        """The value's type in JAX's short notation, such as ``f32[5,3]``."""
+        return jax.core.ShapedArray(self.shape, self.dtype).str_short(short_dtypes=True)
+
+
+class Residuals(Sequence[Residual]):
+    """The residuals of a function, in the order JAX keeps them, with their total size.
+
+    Printing it (or leaving it as the last value of a notebook cell) shows a table.
+    """
+
+    def __init__(self, items: Sequence[Residual]) -> None:
+        self._items = tuple(items)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Residual]:
+        return iter(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Residuals) and self._items == other._items
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    @property
+    def total_bytes(self) -> int:
+        """The sum of the residuals' sizes in bytes."""
+        return sum(r.nbytes for r in self._items)
+
+    def by_kind(self, kind: str) -> Residuals:
+        """Only the residuals of one kind (see :class:`Residual`)."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        return Residuals([r for r in self._items if r.kind == kind])
+
+    def table(self) -> str:
+        """A plain-text table: one row per residual, then the total."""
+        rows = [(r.type_str, f"{r.nbytes:,}", r.kind, r.source) for r in self._items]
+        count = len(self._items)
+        rows.append(("total", f"{self.total_bytes:,}", "", f"{count} residual{'' if count == 1 else 's'}"))
+        header = ("type", "bytes", "kind", "source")
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+
+        def line(row: tuple[str, ...]) -> str:
+            cells = [row[0].ljust(widths[0]), row[1].rjust(widths[1]),
+                     row[2].ljust(widths[2]), row[3]]
+            return "  ".join(cells).rstrip()
+
+        rule = "  ".join("-" * w for w in widths)
+        return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+def _stable_location(source_info: Any) -> str:
+    frame = source_info_util.user_frame(source_info.traceback)
+    if frame is None:
+        return ""
+    if _NOTEBOOK_CELL.search(frame.file_name):
+        file_name = "<cell>"
+    else:
+        file_name = os.path.basename(frame.file_name)
+    return f"{file_name}:{frame.start_line} ({frame.function_name})"
+
+
+def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """One name per flattened leaf of ``(args, kwargs)``, such as ``params['w']``."""
+    try:
+        bound = inspect.signature(f).bind(*args, **kwargs)
+        positional_names = list(bound.arguments)[: len(args)]
+    except (TypeError, ValueError):
+        positional_names = []
+    names = []
+    for path, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
+        top, key, *rest = path
+        if top.idx == 0:
+            index = key.idx
+            base = positional_names[index] if index < len(positional_names) else f"args[{index}]"
+        else:
+            base = key.key
+        names.append(base + jax.tree_util.keystr(tuple(rest)))
+    return names
+
+
+def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
+    """Lists what ``jax.grad`` of ``f`` keeps from the forward pass for the backward pass.
+
+    The same question as ``jax.ad_checkpoint.print_saved_residuals``, answered as data:
+    each residual has a shape, dtype, size, kind and a source whose location does not
+    change from run to run. Nothing is executed: ``f`` is only traced, so arguments may
+    be ``jax.ShapeDtypeStruct`` values.
+
+    Args:
+        f: The function to differentiate. Its arguments may be pytrees.
+        *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
+            ``jax.ShapeDtypeStruct`` values.
+        **kwargs: Keyword arguments for ``f``, traced like the positional ones.
+
+    Returns:
+        The residuals, in the order JAX keeps them, with their ``total_bytes``.
+
+    Raises:
+        TypeError: If ``f`` is not callable.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide import saved_residuals
+        >>> def f(x):
+        ...     return jnp.sum(jnp.sin(jnp.sin(x)))
+        >>> res = saved_residuals(f, jnp.ones(3))
+        >>> [(r.kind, r.name) for r in res]
+        [('primitive', 'cos'), ('primitive', 'cos')]
+        >>> res.total_bytes
+        24
+        >>> res = saved_residuals(jax.checkpoint(f), jnp.ones(3))
+        >>> print(res)
+        type    bytes  kind      source
+        ------  -----  --------  ----------
+        f32[3]     12  argument  x
+        ------  -----  --------  ----------
+        total      12            1 residual
+    """
+    if not callable(f):
+        raise TypeError(f"f must be callable, got {type(f).__name__}")
+    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat_f(*flat_args):
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
+        return f(*call_args, **call_kwargs)
+
+    closed, out_shape = jax.make_jaxpr(
+        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
+    )(*leaves)
+    jaxpr = closed.jaxpr
+    num_residuals = jax.tree_util.tree_structure(out_shape[1]).num_leaves
+    residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
+
+    # reduce_precision only re-rounds a value: report the value it came from.
+    through = {e.outvars[0]: e.invars[0] for e in jaxpr.eqns
+               if e.primitive.name == "reduce_precision"}
+    wanted = {through.get(v, v) for v in residual_vars if isinstance(v, jax.extend.core.Var)}
+
+    arg_names = _argument_names(f, args, kwargs)
+    items = []
+    for var in residual_vars:
+        if not isinstance(var, jax.extend.core.Var):
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "literal"))
+    for var in jaxpr.constvars:
+        if var in wanted:
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "captured"))
+    for var, name in zip(jaxpr.invars, arg_names):
+        if var in wanted:
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "argument", name))
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            if var not in wanted:
+                continue
+            location = _stable_location(eqn.source_info)
+            if eqn.primitive.name == "name":
+                kind, name = "named", repr(eqn.params["name"])
+            elif eqn.primitive.name in ("jit", "pjit"):
+                kind, name = "primitive", f"jit({eqn.params['name']})"
+            else:
+                kind, name = "primitive", eqn.primitive.name
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location))
+    return Residuals(items)
