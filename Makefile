@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-BUILD := _build
+BUILD ?= _build
 SPHINXOPTS ?= -n -W --keep-going
 
 # Notebooks run on the ipykernel installed inside .venv, never on a user-level kernel.
@@ -30,8 +30,8 @@ venv: $(STAMP)  ## Create .venv (or refresh it after requirements.txt/pyproject.
 html: $(STAMP)  ## Build the site strictly into _build/html, executing every page.
 	$(BIN)/sphinx-build $(SPHINXOPTS) -c . docs $(BUILD)/html
 
-test: html  ## Build the site, then run the unit tests and the doctests of src/.
-	$(BIN)/python -m pytest
+test: html  ## Build the site, then run the unit tests, the doctests of src/ and the site checks.
+	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest
 
 clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info

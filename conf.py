@@ -1,10 +1,6 @@
 """Sphinx configuration; the pages live in docs/ and are built with `sphinx-build -c . docs _build/html`."""
 
-import os
-
 import jax
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 project = "The jax.checkpoint field guide"
 author = "The remat-guide authors"
@@ -23,9 +19,9 @@ myst_enable_extensions = ["colon_fence", "substitution"]
 myst_heading_anchors = 3
 myst_substitutions = {"jax_version": jax.__version__}
 
-# Every page is executed at build time; results are cached under _build/ by jupyter-cache.
+# Every page is executed at build time. jupyter-cache keeps the results beside the output
+# folder (_build/.jupyter_cache for _build/html), so an unchanged page is not run again.
 nb_execution_mode = "cache"
-nb_execution_cache_path = os.path.join(HERE, "_build", ".jupyter_cache")
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 # The slowest page compiles a few dozen small XLA programs on 2 CPU cores; 10 minutes is
