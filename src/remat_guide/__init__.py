@@ -1,14 +1,25 @@
 """The field guide to jax.checkpoint: the exercise, its grader and tools to see what is saved."""
 
+from remat_guide.compare import PolicyRow, compare_policies, recommend_policy
 from remat_guide.exercise import checkpoint_dot_policy
+from remat_guide.flops import FlopCount, Loop, count_flops
+from remat_guide.fwd_bwd import FwdBwd, fwd_bwd
 from remat_guide.grader import SolutionError, check_solution
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = [
+    "FwdBwd",
+    "FlopCount",
+    "Loop",
+    "PolicyRow",
     "Residual",
     "Residuals",
     "SolutionError",
     "check_solution",
     "checkpoint_dot_policy",
+    "compare_policies",
+    "count_flops",
+    "fwd_bwd",
+    "recommend_policy",
     "saved_residuals",
 ]
