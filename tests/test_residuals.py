@@ -82,3 +82,14 @@ def test_by_kind_and_table():
 def test_rejects_non_callable():
     with pytest.raises(TypeError, match="f must be callable, got list"):
         saved_residuals([1, 2], jnp.ones(3))
+
+
+def test_exercise_solution_keeps_its_inputs_and_two_matmul_outputs():
+    from remat_guide import checkpoint_dot_policy
+
+    w1, w2, x = jnp.ones((16, 16)), jnp.ones((16, 16)), jnp.ones((24, 16))
+    matmul_out = jax.eval_shape(lambda x, w: x @ w, x, w1)
+    matmul_bytes = int(np.prod(matmul_out.shape)) * matmul_out.dtype.itemsize
+    res = saved_residuals(checkpoint_dot_policy, w1, w2, x)
+    assert res.total_bytes == w1.nbytes + w2.nbytes + x.nbytes + 2 * matmul_bytes
+    assert [r.name for r in res.by_kind("primitive")] == ["dot_general", "dot_general"]

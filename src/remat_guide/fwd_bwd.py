@@ -103,16 +103,16 @@ class FwdBwd:
                 else:
                     text = "  " + text
                 out.append(text)
-            return ('<pre style="margin:0;white-space:pre;font-size:85%">'
+            return ('<pre style="margin:0;white-space:pre;overflow-x:auto;font-size:85%">'
                     + "\n".join(out) + "</pre>")
 
         legend = " ".join(
             f'<span style="background:{_COLOURS[m]}">{_GUTTER[m].strip()}: {m}</span>'
             for m in (SAVED, RECOMPUTED))
-        cell = 'style="vertical-align:top;text-align:left;padding:0 1em"'
+        cell = 'style="width:50%;vertical-align:top;text-align:left;padding:0 0.5em"'
         return (
-            '<div class="remat-fwd-bwd" style="overflow-x:auto">'
-            f"<p>{legend}</p><table><thead><tr>"
+            '<div class="remat-fwd-bwd">'
+            f'<p>{legend}</p><table style="table-layout:fixed;width:100%"><thead><tr>'
             f"<th {cell}>forward computation</th><th {cell}>backward computation</th>"
             f"</tr></thead><tbody><tr><td {cell}>{column(self.forward)}</td>"
             f"<td {cell}>{column(self.backward)}</td></tr></tbody></table></div>"
@@ -253,12 +253,12 @@ def _plain(value: Any) -> bool:
 
 def _empty(value: Any) -> bool:
     if isinstance(value, (tuple, list)):
-        return all(_empty(v) for v in value)
+        return all(v is None for v in value)
     return value is None
 
 
 def _param_text(primitive: str, params: dict[str, Any]) -> str:
-    """Short parameters only; a ``jit`` shows just its name, and ``None`` values are left out."""
+    """Short parameters only: a ``jit`` shows just its name; ``None``, ``()`` and all-``None`` tuples are left out."""
     shown = []
     for key, value in sorted(params.items()):
         if primitive in ("jit", "pjit") and key != "name":
