@@ -13,6 +13,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_copybutton",
     "sphinx_design",
+    "remat_guide.api_coverage",  # fails the build when JAX has a checkpoint API item the reference lacks
 ]
 
 myst_enable_extensions = ["colon_fence", "substitution"]
@@ -28,6 +29,10 @@ nb_execution_show_tb = True
 # far above that and still stops a hung kernel.
 nb_execution_timeout = 600
 nb_merge_streams = True
+# Error outputs are rendered like other text: the IPython traceback lexer fails (a warning)
+# on JAX messages that quote code in backticks, and under `%xmode Minimal` there is no
+# traceback to highlight.
+nb_render_error_lexer = "myst-ansi"
 
 autodoc_typehints = "none"  # signatures name jax.Array, which has no inventory offline
 autodoc_member_order = "bysource"
@@ -50,6 +55,10 @@ html_theme_options = {
     "show_toc_level": 2,
 }
 html_show_sourcelink = True
+html_static_path = ["docs/_static"]
+html_favicon = "docs/_static/favicon.svg"  # without one, browsers log a 404 for /favicon.ico
+# Without an explicit default the theme logs a console error on a reader's first visit.
+html_context = {"default_mode": "auto"}
 
 nitpick_ignore = [
     ("py:class", "numpy.dtype"),  # a dataclass field type; NumPy's inventory is not available offline

@@ -1,0 +1,134 @@
+"""Measures how fast the site builds: cold, unchanged, one page edited, against a plain-script floor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from myst_nb.core.read import read_myst_markdown_notebook
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(sys.executable).parent
+TARGETS = {"cold_over_floor": 1.5, "no_change_seconds": 5.0}
+
+
+def _copy_tree(destination: pathlib.Path) -> None:
+    """Copies the working tree (tracked and untracked, not ignored files) to destination."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = ROOT / os.fsdecode(name)
+        if source.is_file():
+            target = destination / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def _build(tree: pathlib.Path) -> tuple[float, int]:
+    """Builds the site as `make html` does; returns the seconds and the pages executed."""
+    command = [str(BIN / "sphinx-build"), "-n", "-W", "--keep-going", "-j", "auto",
+               "-d", "_build/doctrees", "-c", ".", "docs", "_build/html"]
+    start = time.perf_counter()
+    run = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if run.returncode:
+        sys.exit(f"build failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    executed = len(re.findall(r"Executed notebook in", run.stdout + run.stderr))
+    return seconds, executed
+
+
+def _notebook_pages(tree: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in (tree / "docs").rglob("*.md")
+                  if "file_format: mystnb" in p.read_text(encoding="utf-8"))
+
+
+def _as_script(page: pathlib.Path) -> str:
+    """The page's code cells as one Python script; IPython magics are dropped."""
+    notebook = read_myst_markdown_notebook(page.read_text(encoding="utf-8"))
+    chunks = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
+        if "raises-exception" in cell.metadata.get("tags", []):
+            code = "try:\n" + "\n".join("    " + line for line in code.splitlines()) + (
+                "\nexcept Exception:\n    pass")
+        chunks.append(code)
+    return "\n\n".join(chunks) + "\n"
+
+
+def _floor(tree: pathlib.Path) -> dict[str, float]:
+    """Seconds to run each page's code cells as a script in a fresh interpreter."""
+    seconds = {}
+    for page in _notebook_pages(tree):
+        script = page.with_suffix(".bench.py")
+        script.write_text(_as_script(page), encoding="utf-8")
+        start = time.perf_counter()
+        subprocess.run([sys.executable, script.name], cwd=page.parent, check=True,
+                       capture_output=True, env={**os.environ, "MPLBACKEND": "Agg"})
+        seconds[str(page.relative_to(tree / "docs"))] = time.perf_counter() - start
+        script.unlink()
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "_build" / "bench")
+    args = parser.parse_args()
+    work = args.out / "build-tree"
+    shutil.rmtree(work, ignore_errors=True)
+    _copy_tree(work)
+
+    floor = _floor(work)
+    cold, cold_pages = _build(work)
+    unchanged, unchanged_pages = _build(work)
+    # A new code cell changes the page's code, so its cached outputs no longer apply.
+    edited = work / "docs" / "index.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n```{code-cell} ipython3\n1 + 1\n```\n")
+    one_page, one_page_pages = _build(work)
+
+    floor_total = sum(floor.values())
+    report = {
+        "pages": len(floor),
+        "floor_seconds": round(floor_total, 2),
+        "floor_by_page": {k: round(v, 2) for k, v in floor.items()},
+        "cold_seconds": round(cold, 2),
+        "cold_pages_executed": cold_pages,
+        "no_change_seconds": round(unchanged, 2),
+        "no_change_pages_executed": unchanged_pages,
+        "one_page_seconds": round(one_page, 2),
+        "one_page_pages_executed": one_page_pages,
+        "cold_over_floor": round(cold / floor_total, 2),
+        "targets": TARGETS,
+        "cpu_count": os.cpu_count(),
+    }
+    report["meets_targets"] = (report["cold_over_floor"] <= TARGETS["cold_over_floor"]
+                               and unchanged <= TARGETS["no_change_seconds"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [
+        "# Site build benchmark", "",
+        f"{report['pages']} executed pages, {report['cpu_count']} CPUs.", "",
+        "| measurement | seconds | pages executed |", "|---|---:|---:|",
+        f"| floor: code cells as plain scripts | {report['floor_seconds']} | {len(floor)} |",
+        f"| cold build (venv present, no cache) | {report['cold_seconds']} | {cold_pages} |",
+        f"| no-change rebuild | {report['no_change_seconds']} | {unchanged_pages} |",
+        f"| one page edited | {report['one_page_seconds']} | {one_page_pages} |", "",
+        f"cold / floor = {report['cold_over_floor']} (target <= {TARGETS['cold_over_floor']}); "
+        f"no-change rebuild {report['no_change_seconds']} s (target <= {TARGETS['no_change_seconds']} s).",
+    ]
+    (args.out / "build.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
