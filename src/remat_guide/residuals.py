@@ -12,13 +12,13 @@ from typing import Any
 import jax
 import jax.extend.core
 import numpy as np
-from jax._src import source_info_util
+from jax._src import core, source_info_util
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
-# Notebook cells are compiled from files like /tmp/ipykernel_12345/678.py: the folder
-# changes with every kernel, so such locations are shown as "<cell>".
-_NOTEBOOK_CELL = re.compile(r"ipykernel_\d+")
+# Notebook cells are compiled from files like /tmp/ipykernel_12345/678.py, whose folder
+# changes with every kernel, or "<cell N>" under remat_guide.page_setup: both show as "<cell>".
+_NOTEBOOK_CELL = re.compile(r"ipykernel_\d+|^<cell \d+>$")
 
 KINDS = ("argument", "named", "primitive", "constant")
 
@@ -38,6 +38,8 @@ class Residual:
         location: Where the value was computed, as ``file:line (function)`` with the
             file's base name only (``<cell>`` for a notebook cell), so that it is the
             same on every run; empty for arguments and constants.
+        memory: Where the value is kept: ``"device"``, or ``"host"`` for a value that a
+            policy offloads (``jax.ad_checkpoint.Offloadable``).
     """
 
     shape: tuple[int, ...]
@@ -45,6 +47,7 @@ class Residual:
     kind: str
     name: str
     location: str = ""
+    memory: str = "device"
 
     @property
     def nbytes(self) -> int:
@@ -58,8 +61,9 @@ class Residual:
 
     @property
     def type_str(self) -> str:
-        """The value's type in JAX's short notation, such as ``f32[5,3]``."""
-        return jax.core.ShapedArray(self.shape, self.dtype).str_short(short_dtypes=True)
+        """The value's type in JAX's short notation, such as ``f32[5,3]`` or ``f32<host>[5,3]``."""
+        space = core.MemorySpace[self.memory.capitalize()]
+        return jax.core.ShapedArray(self.shape, self.dtype, memory_space=space).str_short(short_dtypes=True)
 
 
 class Residuals(Sequence[Residual]):
@@ -120,6 +124,11 @@ class Residuals(Sequence[Residual]):
         return self.table()
 
 
+def _memory_name(aval: Any) -> str:
+    space = getattr(aval, "memory_space", core.MemorySpace.Device)
+    return "host" if space == core.MemorySpace.Host else "device"
+
+
 def _stable_location(source_info: Any) -> str:
     frame = source_info_util.user_frame(source_info.traceback)
     if frame is None:
@@ -134,8 +143,11 @@ def _stable_location(source_info: Any) -> str:
 def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:
     """One name per flattened leaf of ``(args, kwargs)``, such as ``params['w']``."""
     try:
-        bound = inspect.signature(f).bind(*args, **kwargs)
-        positional_names = list(bound.arguments)[: len(args)]
+        signature = inspect.signature(f)
+        bound = signature.bind(*args, **kwargs)
+        named_kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        positional_names = [name for name in list(bound.arguments)[: len(args)]
+                            if signature.parameters[name].kind in named_kinds]
     except (TypeError, ValueError):
         positional_names = []
     names = []
@@ -204,10 +216,17 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
     num_residuals = jax.tree_util.tree_structure(out_shape[1]).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
 
-    # reduce_precision only re-rounds a value: report the value it came from.
+    # reduce_precision only re-rounds a value and device_put only moves it (an offloading
+    # policy): report the value it came from, in the memory it is kept in.
     through = {e.outvars[0]: e.invars[0] for e in jaxpr.eqns
-               if e.primitive.name == "reduce_precision"}
-    wanted = {through.get(v, v) for v in residual_vars if isinstance(v, jax.extend.core.Var)}
+               if e.primitive.name in ("reduce_precision", "device_put") and len(e.invars) == 1}
+    wanted = {}
+    for v in residual_vars:
+        if isinstance(v, jax.extend.core.Var):
+            source = v
+            while source in through:
+                source = through[source]
+            wanted[source] = _memory_name(v.aval)
 
     arg_names = _argument_names(f, args, kwargs)
     items = []
@@ -216,20 +235,26 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
             items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "literal"))
     for var in jaxpr.constvars:
         if var in wanted:
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "captured"))
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "captured",
+                                  memory=wanted[var]))
     for var, name in zip(jaxpr.invars, arg_names):
         if var in wanted:
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "argument", name))
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "argument", name,
+                                  memory=wanted[var]))
     for eqn in jaxpr.eqns:
         for var in eqn.outvars:
             if var not in wanted:
                 continue
             location = _stable_location(eqn.source_info)
+            hi_prim = eqn.params.get("_prim")  # a checkpoint_name under the jax_remat3 flag
             if eqn.primitive.name == "name":
                 kind, name = "named", repr(eqn.params["name"])
+            elif type(hi_prim).__name__ == "CheckpointName":
+                kind, name = "named", repr(hi_prim.params["name"])
             elif eqn.primitive.name in ("jit", "pjit"):
                 kind, name = "primitive", f"jit({eqn.params['name']})"
             else:
                 kind, name = "primitive", eqn.primitive.name
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location))
+            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location,
+                                  wanted[var]))
     return Residuals(items)

@@ -1,0 +1,115 @@
+"""The coverage guard: fail the site build when the installed JAX has a checkpoint API item it does not document."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import jax.ad_checkpoint
+
+__all__ = ["ApiItem", "api_items", "undocumented"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiItem:
+    """One public item of the ``jax.checkpoint`` API and the label that documents it.
+
+    Attributes:
+        group: ``"parameter"`` (of ``jax.checkpoint``), ``"policy"`` (a name in
+            ``jax.checkpoint_policies``) or ``"export"`` (of ``jax.ad_checkpoint``).
+        name: The item's name.
+        label: The MyST label the reference must define for it: ``param-<name>``,
+            ``policy-<name>`` or ``api-<name>``.
+    """
+
+    group: str
+    name: str
+    label: str
+
+    @property
+    def qualname(self) -> str:
+        """How a reader writes the item, such as ``jax.checkpoint(prevent_cse=...)``."""
+        if self.group == "parameter":
+            return f"jax.checkpoint({self.name}=...)" if self.name != "fun" else "jax.checkpoint(fun)"
+        if self.group == "policy":
+            return f"jax.checkpoint_policies.{self.name}"
+        return f"jax.ad_checkpoint.{self.name}"
+
+
+def api_items() -> list[ApiItem]:
+    """Every parameter, standard policy and ``jax.ad_checkpoint`` export of the installed JAX.
+
+    Read afresh at each call: the parameters from ``inspect.signature(jax.checkpoint)``,
+    the policies from ``vars(jax.checkpoint_policies)``, the exports from the public,
+    non-module names of ``jax.ad_checkpoint``.
+
+    Examples:
+        >>> from remat_guide.api_coverage import api_items
+        >>> items = api_items()
+        >>> [item.label for item in items if item.group == "parameter"][:2]
+        ['param-fun', 'param-prevent_cse']
+        >>> "policy-dots_saveable" in {item.label for item in items}
+        True
+    """
+    items = [ApiItem("parameter", name, f"param-{name}")
+             for name in inspect.signature(jax.checkpoint).parameters]
+    items += [ApiItem("policy", name, f"policy-{name}")
+              for name in vars(jax.checkpoint_policies) if not name.startswith("_")]
+    items += [ApiItem("export", name, f"api-{name}")
+              for name, value in sorted(vars(jax.ad_checkpoint).items())
+              if not name.startswith("_") and not isinstance(value, types.ModuleType)]
+    return items
+
+
+def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
+    """The API items whose label is not among ``documented_labels``.
+
+    Args:
+        documented_labels: The labels the reference defines (an iterable of strings,
+            such as the keys of Sphinx's ``std`` label table); case does not matter.
+
+    Returns:
+        The missing items, in the order of :func:`api_items`; empty when all are documented.
+
+    Raises:
+        TypeError: If ``documented_labels`` is a single string or holds a non-string.
+
+    Examples:
+        >>> from remat_guide.api_coverage import api_items, undocumented
+        >>> everything = [item.label for item in api_items()]
+        >>> undocumented(everything)
+        []
+        >>> [item.label for item in undocumented(everything[1:])]
+        ['param-fun']
+    """
+    if isinstance(documented_labels, str):
+        raise TypeError("documented_labels must be an iterable of labels, not a single string")
+    labels = set(documented_labels)
+    bad = [label for label in labels if not isinstance(label, str)]
+    if bad:
+        raise TypeError(f"documented_labels must hold strings, got {bad[0]!r}")
+    # Sphinx stores labels in lower case, so (api-Saveable)= is found as api-saveable.
+    folded = {label.lower() for label in labels}
+    return [item for item in api_items() if item.label.lower() not in folded]
+
+
+def check_environment(app: Any, env: Any) -> None:
+    """Sphinx ``env-check-consistency`` hook: warn once per undocumented item (``-W`` fails the build)."""
+    from sphinx.util import logging as sphinx_logging
+
+    logger = sphinx_logging.getLogger(__name__)
+    for item in undocumented(env.domaindata["std"]["labels"]):
+        logger.warning(
+            "%s is not documented: the reference has no label (%s)= above a heading for it "
+            "(JAX %s)", item.qualname, item.label, jax.__version__,
+            type="remat_guide", subtype="api_coverage")
+
+
+def setup(app: Any) -> dict[str, Any]:
+    """Register the guard with Sphinx."""
+    app.connect("env-check-consistency", check_environment)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,210 @@
+"""One small model, every standard policy, and which kinds of its values each policy keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+
+from remat_guide.residuals import Residual, Residuals, saved_residuals
+
+__all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
+           "keeps", "matrix_markdown"]
+
+BATCH, SEQ, WIDTH = 2, 4, 8
+
+COLUMNS = ("inputs", "matmul", "batched matmul", "convolution", "named 'proj'", "named 'act'",
+           "other intermediates")
+"""The kinds of values in :func:`example_model`, in the order the matrix shows them."""
+
+SAVED, OFFLOADED, NOT_KEPT = "saved", "offloaded", "not kept"
+
+
+def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
+    """A scalar loss with one value of every kind a policy can tell apart.
+
+    ``x @ w`` is a matrix product without batch dimensions, tagged ``"proj"``; its
+    ``tanh`` is an elementwise nonlinearity, tagged ``"act"``; an ``einsum`` with a batch
+    dimension follows, then a convolution and a ``sin``.
+
+    Args:
+        w: Weights of shape ``(WIDTH, WIDTH)``.
+        kernel: Convolution kernel of shape ``(1, 1, 3, 3)`` (OIHW).
+        x: Inputs of shape ``(BATCH * SEQ, WIDTH)``.
+
+    Returns:
+        A scalar.
+
+    Examples:
+        >>> from remat_guide.policy_matrix import example_inputs, example_model
+        >>> example_model(*example_inputs()).shape
+        ()
+    """
+    proj = checkpoint_name(x @ w, "proj")
+    act = checkpoint_name(jnp.tanh(proj), "act")
+    seq = act.reshape(BATCH, SEQ, WIDTH)
+    scores = jnp.einsum("bqd,bkd->bqk", seq, seq)
+    conv = lax.conv(scores[:, None], kernel, window_strides=(1, 1), padding="SAME")
+    return jnp.sum(jnp.sin(conv))
+
+
+def example_inputs() -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Arguments ``(w, kernel, x)`` for :func:`example_model`, drawn from a fixed key.
+
+    Examples:
+        >>> from remat_guide.policy_matrix import example_inputs
+        >>> [a.shape for a in example_inputs()]
+        [(8, 8), (1, 1, 3, 3), (8, 8)]
+    """
+    k_w, k_kernel, k_x = jax.random.split(jax.random.key(0), 3)
+    return (jax.random.normal(k_w, (WIDTH, WIDTH)) / WIDTH,
+            jax.random.normal(k_kernel, (1, 1, 3, 3)),
+            jax.random.normal(k_x, (BATCH * SEQ, WIDTH)))
+
+
+def example_policies() -> dict[str, Callable]:
+    """Every name of ``jax.checkpoint_policies``, called where it is a factory.
+
+    The factories get arguments that fit :func:`example_model`: the name ``"act"``, and
+    for the two offloading policies ``"device"`` to ``"pinned_host"`` (``"proj"`` is the
+    offloaded name).
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.policy_matrix import example_policies
+        >>> policies = example_policies()
+        >>> sorted(policies) == sorted(vars(jax.checkpoint_policies))
+        True
+        >>> policies["dots_saveable"]
+        DotsSaveable(only_if_no_batch_dims=False)
+    """
+    P = jax.checkpoint_policies
+    return {
+        "everything_saveable": P.everything_saveable,
+        "nothing_saveable": P.nothing_saveable,
+        "dots_saveable": P.dots_saveable,
+        "checkpoint_dots": P.checkpoint_dots,
+        "dots_with_no_batch_dims_saveable": P.dots_with_no_batch_dims_saveable,
+        "checkpoint_dots_with_no_batch_dims": P.checkpoint_dots_with_no_batch_dims,
+        "save_only_these_names": P.save_only_these_names("act"),
+        "save_any_names_but_these": P.save_any_names_but_these("act"),
+        "save_anything_except_these_names": P.save_anything_except_these_names("act"),
+        "save_from_both_policies": P.save_from_both_policies(
+            P.dots_with_no_batch_dims_saveable, P.save_only_these_names("act")),
+        "offload_dot_with_no_batch_dims": P.offload_dot_with_no_batch_dims(
+            "device", "pinned_host"),
+        "save_and_offload_only_these_names": P.save_and_offload_only_these_names(
+            names_which_can_be_saved=["act"], names_which_can_be_offloaded=["proj"],
+            offload_src="device", offload_dst="pinned_host"),
+    }
+
+
+def classify(residual: Residual) -> str:
+    """The column of :data:`COLUMNS` that a residual of :func:`example_model` belongs to.
+
+    Args:
+        residual: One residual of :func:`example_model` (or of a checkpointed version).
+
+    Returns:
+        One of :data:`COLUMNS`. A ``dot_general`` output of rank 3 is the batched
+        ``einsum``; every value that is not an input, a product, a convolution or a named
+        value counts as an "other intermediate".
+
+    Raises:
+        TypeError: If ``residual`` is not a :class:`~remat_guide.Residual`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from remat_guide import Residual
+        >>> from remat_guide.policy_matrix import classify
+        >>> classify(Residual((2, 4, 4), np.dtype("float32"), "primitive", "dot_general"))
+        'batched matmul'
+    """
+    if not isinstance(residual, Residual):
+        raise TypeError(f"residual must be a remat_guide.Residual, got {type(residual).__name__}")
+    if residual.kind == "argument":
+        return "inputs"
+    if residual.kind == "named":
+        return f"named {residual.name}"
+    if residual.name == "dot_general":
+        return "batched matmul" if len(residual.shape) == 3 else "matmul"
+    if residual.name == "conv_general_dilated":
+        return "convolution"
+    return "other intermediates"
+
+
+def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residuals, dict[str, str]]:
+    """What ``jax.grad`` keeps of :func:`example_model` under ``policy``.
+
+    Args:
+        policy: A policy for ``jax.checkpoint`` (or ``None``, its default).
+        checkpointed: ``False`` to differentiate the model without ``jax.checkpoint``;
+            ``policy`` must then be ``None``.
+
+    Returns:
+        The residuals, and for each column of :data:`COLUMNS` one of ``"saved"``,
+        ``"offloaded"``, ``"saved + offloaded"`` or ``"not kept"`` (the backward pass
+        recomputes such values if it needs them).
+
+    Raises:
+        TypeError: If ``policy`` is neither callable nor ``None``.
+        ValueError: If a policy is given with ``checkpointed=False``.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.policy_matrix import keeps
+        >>> residuals, row = keeps(jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        >>> row["matmul"], row["batched matmul"], row["inputs"]
+        ('saved', 'not kept', 'saved')
+    """
+    if policy is not None and not callable(policy):
+        raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+    if not checkpointed and policy is not None:
+        raise ValueError("policy must be None when checkpointed=False")
+    fn = jax.checkpoint(example_model, policy=policy) if checkpointed else example_model
+    residuals = saved_residuals(fn, *example_inputs())
+    places: dict[str, set[str]] = {column: set() for column in COLUMNS}
+    for residual in residuals:
+        places[classify(residual)].add(residual.memory)
+    row = {}
+    for column, memories in places.items():
+        if memories == {"device"}:
+            row[column] = SAVED
+        elif memories == {"host"}:
+            row[column] = OFFLOADED
+        elif memories:
+            row[column] = f"{SAVED} + {OFFLOADED}"
+        else:
+            row[column] = NOT_KEPT
+    return residuals, row
+
+
+def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
+    """A Markdown table: one row per policy, one column per kind of value.
+
+    Args:
+        rows: For each row label, a mapping from every column of :data:`COLUMNS` to its
+            cell, as returned by :func:`keeps`.
+
+    Returns:
+        The table as Markdown text.
+
+    Raises:
+        ValueError: If a row lacks one of :data:`COLUMNS`.
+
+    Examples:
+        >>> from remat_guide.policy_matrix import COLUMNS, matrix_markdown
+        >>> print(matrix_markdown({"p": dict.fromkeys(COLUMNS, "saved")}).splitlines()[0])
+        | policy | inputs | matmul | batched matmul | convolution | named 'proj' | named 'act' | other intermediates |
+    """
+    lines = ["| policy | " + " | ".join(COLUMNS) + " |",
+             "|" + "---|" * (len(COLUMNS) + 1)]
+    for label, row in rows.items():
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+        lines.append(f"| {label} | " + " | ".join(row[c] for c in COLUMNS) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""The coverage guard names every jax.checkpoint API item that the reference does not document."""
+
+import inspect
+import logging
+import pathlib
+import re
+import types
+
+import jax
+import jax.ad_checkpoint
+import pytest
+
+from remat_guide import api_coverage
+
+REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference"
+LABEL_ABOVE_HEADING = re.compile(r"^\((?P<label>[\w-]+)\)=\n#+ ", re.MULTILINE)
+
+
+def reference_labels() -> set[str]:
+    """Labels that the reference pages place right above a heading."""
+    return {m["label"] for page in REFERENCE.glob("*.md")
+            for m in LABEL_ABOVE_HEADING.finditer(page.read_text(encoding="utf-8"))}
+
+
+def test_the_reference_documents_every_item_of_the_installed_jax():
+    missing = api_coverage.undocumented(reference_labels())
+    assert missing == [], [item.qualname for item in missing]
+
+
+def test_items_cover_the_signature_the_policies_and_the_exports():
+    labels = {item.label for item in api_coverage.api_items()}
+    assert {f"param-{p}" for p in inspect.signature(jax.checkpoint).parameters} <= labels
+    assert {f"policy-{p}" for p in vars(jax.checkpoint_policies)} <= labels
+    assert "api-checkpoint_name" in labels and "api-Offloadable" in labels
+
+
+def test_a_fake_policy_is_named(monkeypatch):
+    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
+                        raising=False)
+    missing = api_coverage.undocumented(reference_labels())
+    assert [item.qualname for item in missing] == ["jax.checkpoint_policies.fake_policy_for_test"]
+
+
+def test_a_fake_parameter_is_named(monkeypatch):
+    real = jax.checkpoint
+
+    def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=(), static_argnames=(),
+                   concrete=None, fake_knob=False):
+        return real(fun, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
+
+    monkeypatch.setattr(jax, "checkpoint", checkpoint)
+    missing = api_coverage.undocumented(reference_labels())
+    assert [item.label for item in missing] == ["param-fake_knob"]
+
+
+def test_a_fake_export_is_named_but_a_submodule_is_not(monkeypatch):
+    monkeypatch.setattr(jax.ad_checkpoint, "fake_export", object(), raising=False)
+    monkeypatch.setattr(jax.ad_checkpoint, "some_module", types.ModuleType("m"), raising=False)
+    missing = api_coverage.undocumented(reference_labels())
+    assert [item.qualname for item in missing] == ["jax.ad_checkpoint.fake_export"]
+
+
+def test_labels_match_whatever_their_case():
+    labels = [item.label.lower() for item in api_coverage.api_items()]
+    assert api_coverage.undocumented(labels) == []
+
+
+@pytest.mark.parametrize("bad, error", [("param-fun", "single string"), ([1], "hold strings")])
+def test_bad_label_collections_are_rejected(bad, error):
+    with pytest.raises(TypeError, match=error):
+        api_coverage.undocumented(bad)
+
+
+def test_the_sphinx_hook_warns_once_per_missing_item(monkeypatch, caplog):
+    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
+                        raising=False)
+    labels = {label: ("reference/policies", label, "") for label in reference_labels()}
+    env = types.SimpleNamespace(domaindata={"std": {"labels": labels}})
+    with caplog.at_level(logging.WARNING):
+        api_coverage.check_environment(app=None, env=env)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "jax.checkpoint_policies.fake_policy_for_test is not documented" in warnings[0]
+    assert "(policy-fake_policy_for_test)=" in warnings[0]
