@@ -1,5 +1,6 @@
 """The field guide to jax.checkpoint: the exercise, its grader and tools to see what is saved."""
 
+from remat_guide.api_coverage import ApiItem, api_items, undocumented
 from remat_guide.compare import PolicyRow, compare_policies, recommend_policy
 from remat_guide.exercise import checkpoint_dot_policy
 from remat_guide.flops import FlopCount, Loop, count_flops
@@ -8,6 +9,7 @@ from remat_guide.grader import SolutionError, check_solution
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = [
+    "ApiItem",
     "FwdBwd",
     "FlopCount",
     "Loop",
@@ -15,6 +17,7 @@ __all__ = [
     "Residual",
     "Residuals",
     "SolutionError",
+    "api_items",
     "check_solution",
     "checkpoint_dot_policy",
     "compare_policies",
@@ -22,4 +25,5 @@ __all__ = [
     "fwd_bwd",
     "recommend_policy",
     "saved_residuals",
+    "undocumented",
 ]

@@ -1,0 +1,86 @@
+"""The shared policy model: each kind of value is classified, kept, offloaded or not as JAX decides."""
+
+import jax
+import numpy as np
+import pytest
+
+from remat_guide import Residual, saved_residuals
+from remat_guide.policy_matrix import (COLUMNS, classify, example_inputs, example_model,
+                                       example_policies, keeps, matrix_markdown)
+
+P = jax.checkpoint_policies
+
+
+def test_every_kind_of_value_appears_under_some_policy():
+    seen = set()
+    for policy in [None, *example_policies().values()]:
+        seen |= {classify(r) for r in keeps(policy)[0]}
+    seen |= {classify(r) for r in keeps(None, checkpointed=False)[0]}
+    assert seen == set(COLUMNS)
+
+
+def test_batched_and_unbatched_products_are_told_apart():
+    residuals, row = keeps(P.dots_saveable)
+    products = sorted(r.shape for r in residuals if r.name == "dot_general")
+    assert len(products) == 2
+    assert row["matmul"] == row["batched matmul"] == row["convolution"] == "saved"
+    assert keeps(P.dots_with_no_batch_dims_saveable)[1]["batched matmul"] == "not kept"
+
+
+def test_offloaded_values_are_reported_in_host_memory():
+    residuals, row = keeps(example_policies()["save_and_offload_only_these_names"])
+    by_name = {r.name: r for r in residuals if r.kind == "named"}
+    assert by_name["'proj'"].memory == "host" and by_name["'act'"].memory == "device"
+    assert by_name["'proj'"].type_str.startswith("f32<host>[")
+    assert row["named 'proj'"] == "offloaded" and row["named 'act'"] == "saved"
+
+
+def test_no_checkpoint_keeps_what_everything_saveable_keeps():
+    assert keeps(None, checkpointed=False)[0] == keeps(P.everything_saveable)[0]
+    assert keeps(None, checkpointed=False)[0] == saved_residuals(example_model, *example_inputs())
+
+
+def test_names_are_found_under_the_remat3_flag():
+    jax.config.update("jax_remat3", True)
+    try:
+        residuals, row = keeps(P.save_only_these_names("act"))
+    finally:
+        jax.config.update("jax_remat3", False)
+    assert [r.name for r in residuals if r.kind == "named"] == ["'act'"]
+    assert [r.name for r in residuals if r.kind == "argument"] == ["args[0]", "args[1]", "args[2]"]
+    assert row["named 'act'"] == "saved" and row["other intermediates"] == "not kept"
+
+
+def test_example_policies_cover_the_namespace_and_aliases_share_rows():
+    policies = example_policies()
+    assert set(policies) == set(vars(P))
+    assert keeps(policies["checkpoint_dots"])[1] == keeps(policies["dots_saveable"])[1]
+
+
+@pytest.mark.parametrize("kind, name, shape, column", [
+    ("argument", "x", (2,), "inputs"),
+    ("named", "'act'", (2,), "named 'act'"),
+    ("primitive", "dot_general", (2, 2), "matmul"),
+    ("primitive", "conv_general_dilated", (1, 1, 2, 2), "convolution"),
+    ("primitive", "tanh", (2,), "other intermediates"),
+])
+def test_classify(kind, name, shape, column):
+    assert classify(Residual(shape, np.dtype("float32"), kind, name)) == column
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="residual must be"):
+        classify("dot_general")
+    with pytest.raises(TypeError, match="policy must be callable"):
+        keeps("dots_saveable")
+    with pytest.raises(ValueError, match="policy must be None"):
+        keeps(P.dots_saveable, checkpointed=False)
+    with pytest.raises(ValueError, match=r"rows\['p'\] lacks"):
+        matrix_markdown({"p": {"inputs": "saved"}})
+
+
+def test_matrix_has_one_line_per_row():
+    rows = {name: keeps(policy)[1] for name, policy in list(example_policies().items())[:3]}
+    lines = matrix_markdown(rows).splitlines()
+    assert len(lines) == 2 + 3
+    assert lines[2].startswith("| everything_saveable | saved |")
