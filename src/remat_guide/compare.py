@@ -245,12 +245,13 @@ def recommend_policy(
         >>> from remat_guide import compare_policies, recommend_policy
         >>> from remat_guide.models import mlp_args, mlp_scan_loss
         >>> args = mlp_args(layers=8, n=64, d=32)
-        >>> rows = {row.name: row for row in compare_policies(mlp_scan_loss, *args)}
+        >>> names = ["dots_saveable", "nothing_saveable"]
+        >>> rows = {row.name: row for row in compare_policies(mlp_scan_loss, *args, policies=names)}
         >>> budget = rows["no checkpoint"].temp_bytes - 1
-        >>> best = recommend_policy(mlp_scan_loss, *args, budget_bytes=budget)
-        >>> best.temp_bytes <= budget and best.flops <= rows["nothing_saveable"].flops
-        True
-        >>> recommend_policy(mlp_scan_loss, *args, budget_bytes=1)
+        >>> best = recommend_policy(mlp_scan_loss, *args, budget_bytes=budget, policies=names)
+        >>> best.name, best.temp_bytes <= budget, best.flops < rows["nothing_saveable"].flops
+        ('dots_saveable', True, True)
+        >>> recommend_policy(mlp_scan_loss, *args, budget_bytes=1, policies=names)
         Traceback (most recent call last):
         ...
         ValueError: no policy fits budget_bytes=1: the smallest temporary memory is ... bytes, with ...
