@@ -82,3 +82,26 @@ def test_the_sphinx_hook_warns_once_per_missing_item(monkeypatch, caplog):
     assert len(warnings) == 1
     assert "jax.checkpoint_policies.fake_policy_for_test is not documented" in warnings[0]
     assert "(policy-fake_policy_for_test)=" in warnings[0]
+
+
+def test_a_sphinx_build_names_a_fake_policy(monkeypatch, tmp_path):
+    """The extension, loaded by a real Sphinx build, warns about the one undocumented item."""
+    import io
+
+    from sphinx.application import Sphinx
+
+    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
+                        raising=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text('extensions = ["remat_guide.api_coverage"]\n', encoding="utf-8")
+    sections = "".join(f".. _{label}:\n\n{label}\n{'=' * len(label)}\n\n"
+                       for label in sorted(reference_labels()))
+    (src / "index.rst").write_text(sections, encoding="utf-8")
+    warnings = io.StringIO()
+    app = Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "doctrees"), "dummy",
+                 status=None, warning=warnings, freshenv=True)
+    app.build()
+    reported = [line for line in warnings.getvalue().splitlines() if "is not documented" in line]
+    assert len(reported) == 1, warnings.getvalue()
+    assert "jax.checkpoint_policies.fake_policy_for_test" in reported[0]

@@ -97,8 +97,12 @@ def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
     return [item for item in api_items() if item.label.lower() not in folded]
 
 
-def check_environment(app: Any, env: Any) -> None:
-    """Sphinx ``env-check-consistency`` hook: warn once per undocumented item (``-W`` fails the build)."""
+def check_environment(app: Any, env: Any) -> list[str]:
+    """Sphinx ``env-updated`` hook: warn once per undocumented item (``-W`` fails the build).
+
+    ``env-updated`` runs on every build, also when no page changed, so a JAX upgrade
+    (or an item injected into JAX) is caught even by an incremental build.
+    """
     from sphinx.util import logging as sphinx_logging
 
     logger = sphinx_logging.getLogger(__name__)
@@ -107,9 +111,10 @@ def check_environment(app: Any, env: Any) -> None:
             "%s is not documented: the reference has no label (%s)= above a heading for it "
             "(JAX %s)", item.qualname, item.label, jax.__version__,
             type="remat_guide", subtype="api_coverage")
+    return []
 
 
 def setup(app: Any) -> dict[str, Any]:
     """Register the guard with Sphinx."""
-    app.connect("env-check-consistency", check_environment)
+    app.connect("env-updated", check_environment)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
