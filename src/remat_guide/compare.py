@@ -12,7 +12,14 @@ import jax.extend.core
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 
-__all__ = ["BASELINE", "STANDARD_POLICIES", "PolicyRow", "compare_policies", "recommend_policy"]
+__all__ = [
+    "BASELINE",
+    "STANDARD_POLICIES",
+    "PolicyRow",
+    "compare_policies",
+    "policy_table",
+    "recommend_policy",
+]
 
 BASELINE = "no checkpoint"
 
@@ -269,3 +276,40 @@ def recommend_policy(
             f"{smallest.temp_bytes} bytes, with {smallest.name}"
         )
     return min(fitting, key=lambda row: (row.flops, row.temp_bytes))
+
+
+def policy_table(rows: Sequence[PolicyRow]) -> str:
+    """Formats rows of :func:`compare_policies` as a plain-text table (MiB and GFLOPs).
+
+    Args:
+        rows: The rows to show, in order.
+
+    Returns:
+        The table: one line per row, with residual and temporary memory in MiB, the
+        true FLOPs and XLA's reported FLOPs in GFLOPs, and the ratio to the baseline.
+
+    Raises:
+        TypeError: If a row is not a :class:`PolicyRow`.
+
+    Examples:
+        >>> from remat_guide import PolicyRow, policy_table
+        >>> row = PolicyRow("no checkpoint", None, 2**20, 3 * 2**20, 4 * 10**9, 10**9, 1.0)
+        >>> print(policy_table([row]))
+        policy         residual MiB  temp MiB  GFLOPs  XLA-reported GFLOPs  FLOPs ratio
+        -------------  ------------  --------  ------  -------------------  -----------
+        no checkpoint          1.00      3.00   4.000                1.000        1.000
+    """
+    for row in rows:
+        if not isinstance(row, PolicyRow):
+            raise TypeError(f"rows must hold PolicyRow values, got {type(row).__name__}")
+    header = ("policy", "residual MiB", "temp MiB", "GFLOPs", "XLA-reported GFLOPs", "FLOPs ratio")
+    body = [(row.name, f"{row.residual_bytes / 2**20:.2f}", f"{row.temp_bytes / 2**20:.2f}",
+             f"{row.flops / 1e9:.3f}", f"{row.reported_flops / 1e9:.3f}", f"{row.flops_ratio:.3f}")
+            for row in rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])])
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
