@@ -27,7 +27,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)  ## Create .venv (or refresh it after requirements.txt/pyproject.toml change).
 
-html: $(STAMP)  ## Build the site strictly into _build/html, executing every page.
+# jupyter-cache keys a page on its own code only: when the package or the requirements
+# change, drop the cache and the doctrees so that every page runs again on the new code.
+$(BUILD)/.inputs: $(STAMP) $(wildcard src/remat_guide/*.py)
+	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/doctrees
+	mkdir -p $(BUILD) && touch $@
+
+html: $(STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
 
 test: html chromium  ## Build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
@@ -50,8 +56,13 @@ test-repro: $(STAMP)  ## Build the site twice from clean copies in two folders a
 	    | xargs -0 cp --parents -t $$copy || exit 1; \
 	done
 	build='$(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -d _build/doctrees -c . docs _build/html'; \
+	offline=''; \
+	if command -v ip >/dev/null && unshare -rn true 2>/dev/null; then \
+	  offline='unshare -rn sh -c "ip link set lo up && exec \"\$$@\"" sh'; \
+	  echo "test-repro: the second build runs in a network namespace with only the loopback"; \
+	else echo "test-repro: unshare -rn is not available here, so both builds may reach the network"; fi; \
 	(cd $(REPRO)/one/site && $$build) & one=$$!; \
-	(cd $(REPRO)/two/another-site && $$build) & two=$$!; \
+	(cd $(REPRO)/two/another-site && eval "$$offline $$build") & two=$$!; \
 	wait $$one; first=$$?; wait $$two; second=$$?; [ $$first = 0 ] && [ $$second = 0 ]
 	diff -r $(REPRO)/one/site/_build/html $(REPRO)/two/another-site/_build/html
 	@echo "test-repro: two clean builds are byte-identical ($$(find $(REPRO)/one/site/_build/html -type f | wc -l) files)"
