@@ -285,7 +285,7 @@ def policy_table(rows: Sequence[PolicyRow]) -> str:
         rows: The rows to show, in order.
 
     Returns:
-        The table: one line per row, with residual and temporary memory in MiB, the
+        A header and one line per row, with residual and temporary memory in MiB, the
         true FLOPs and XLA's reported FLOPs in GFLOPs, and the ratio to the baseline.
 
     Raises:
