@@ -1,5 +1,8 @@
 """compare_policies and recommend_policy on the reference models, measured by compilation."""
 
+import html as html_lib
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -173,3 +176,25 @@ def test_rejects_bad_loss_for():
         compare_policies(lambda policy: 3, jnp.ones(3), policies=[])
     with pytest.raises(ValueError, match=r"scalar output, got shape \(3,\)"):
         compare_policies(lambda policy: jnp.sin, jnp.ones(3), policies=[])
+
+
+def _page_text(site_dir, page):
+    html = (site_dir / page).read_text(encoding="utf-8")
+    return html, html_lib.unescape(re.sub(r"<[^>]+>", "", html))
+
+
+def test_choosing_page_shows_built_tables_plots_and_the_budget_error(site_dir):
+    html, text = _page_text(site_dir, "choosing.html")
+    assert text.count("policy  ") >= 4 and "XLA-reported GFLOPs" in text  # four tables
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.png", html))) == 4  # four plots
+    assert "ValueError: no policy fits budget_bytes=16777216: the smallest temporary memory is" in text
+    assert "all names == dots_with_no_batch_dims_saveable: True" in text
+    assert not re.search(r"\d+(\.\d+)? ?(ms|seconds)\b", text)  # timings live in the bench report
+
+
+def test_depth_page_plots_memory_against_depth(site_dir):
+    html, text = _page_text(site_dir, "depth.html")
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.png", html))) == 1
+    for strategy in ("no checkpoint", "per-layer checkpoint", "recursive, sqrt(N) (2 levels)"):
+        assert f"N=256: {strategy}" in text
+    assert "prevent_cse=False  optimization_barrier ops: 0" in text

@@ -1,0 +1,148 @@
+"""Benchmark of policies on the reference transformer: jit(grad) wall time per policy and compare_policies' own time.
+
+Run by `make bench`; writes policies.json and policies.md to the folder given by --out.
+Timings belong here, never on the site's pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from remat_guide import checkpoint_dot_policy, compare_policies, count_flops
+from remat_guide import models
+from remat_guide.compare import STANDARD_POLICIES
+
+CONFIG = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
+COMPARE_TARGET_S = 15.0
+FLOPS_TOLERANCE = 0.03
+
+
+def _random(specs, seed: int = 0):
+    leaves, tree = jax.tree.flatten(specs)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    return jax.tree.unflatten(
+        tree, [0.05 * jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves)])
+
+
+def _timed(thunk) -> float:
+    start = time.perf_counter()
+    thunk()
+    return time.perf_counter() - start
+
+
+def _step_times(loss, args, repeats: int) -> list[float]:
+    step = jax.jit(jax.grad(loss)).lower(*args).compile()
+    jax.block_until_ready(step(*args))  # warm-up, not counted
+    return [_timed(lambda: jax.block_until_ready(step(*args))) for _ in range(repeats)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("_build/bench"))
+    parser.add_argument("--repeats", type=int, default=7)
+    options = parser.parse_args()
+    options.out.mkdir(parents=True, exist_ok=True)
+
+    specs = models.transformer_args(**CONFIG)
+    # Warm JAX itself up (backend start, first compilation) on a tiny model, so the
+    # timings below measure compare_policies and not the process start.
+    compare_policies(models.mlp_scan_loss, *models.mlp_args(2, 4, 4), policies=[])
+
+    standard_s = _timed(lambda: compare_policies(
+        models.transformer_loss, *specs, policies=list(STANDARD_POLICIES)))
+    rows = []
+    all_s = _timed(lambda: rows.extend(compare_policies(models.transformer_loss, *specs)))
+
+    analytic = 3 * models.transformer_matmul_flops(**CONFIG)
+    baseline = rows[0]
+    flops_error = baseline.flops / analytic - 1
+
+    values = _random(specs)
+    timings = []
+    for row in rows:
+        times = _step_times(models.transformer_loss(row.policy), values, options.repeats)
+        timings.append({
+            "policy": row.name, "median_s": statistics.median(times), "min_s": min(times),
+            "repeats": len(times), "temp_bytes": row.temp_bytes, "flops": row.flops,
+            "flops_ratio": row.flops_ratio, "residual_bytes": row.residual_bytes,
+        })
+
+    w = jnp.ones((512, 512))
+    x = jnp.ones((1024, 512))
+
+    def grad_flops(f):
+        compiled = jax.jit(jax.grad(f, argnums=(0, 1, 2))).lower(w, w, x).compile()
+        return count_flops(compiled).total
+
+    exercise = {"checkpoint_dot_policy": grad_flops(checkpoint_dot_policy),
+                "no_checkpoint": grad_flops(models.exercise_loss(None))}
+    exercise["difference"] = exercise["checkpoint_dot_policy"] - exercise["no_checkpoint"]
+
+    report = {
+        "jax": jax.__version__,
+        "platform": jax.devices()[0].platform,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "config": CONFIG,
+        "compare_policies_s": {"standard_policies": standard_s, "standard_count": len(STANDARD_POLICIES) + 1,
+                               "all_default_policies": all_s, "all_count": len(rows)},
+        "flops": {"analytic_matmul_flops_of_grad": analytic, "measured_no_checkpoint": baseline.flops,
+                  "xla_reported_no_checkpoint": baseline.reported_flops, "relative_error": flops_error},
+        "exercise_flops": exercise,
+        "jit_grad_step": timings,
+        "targets": {
+            "compare_policies_standard_under_15s": standard_s < COMPARE_TARGET_S,
+            "flops_within_3_percent_of_analytic": abs(flops_error) <= FLOPS_TOLERANCE,
+            "exercise_flops_equal_to_no_checkpoint": exercise["difference"] == 0,
+        },
+    }
+    (options.out / "policies.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    lines = [
+        "# Policy benchmark",
+        "",
+        f"JAX {report['jax']} on {report['platform']}, {report['cpu_count']} CPUs. "
+        f"Reference transformer: {CONFIG}.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| compare_policies over the {len(STANDARD_POLICIES)} standard policies + baseline < "
+        f"{COMPARE_TARGET_S:.0f} s | {standard_s:.2f} s | "
+        f"{verdict(report['targets']['compare_policies_standard_under_15s'])} |",
+        f"| (all {len(rows)} default rows, names included) | {all_s:.2f} s | |",
+        f"| FLOPs within 3% of the analytic matmul count (3 x forward) | {baseline.flops:,} vs "
+        f"{analytic:,} ({flops_error:+.2%}); XLA reports {baseline.reported_flops:,} | "
+        f"{verdict(report['targets']['flops_within_3_percent_of_analytic'])} |",
+        f"| exercise jit(grad) FLOPs equal to no checkpoint | {exercise['checkpoint_dot_policy']:,} vs "
+        f"{exercise['no_checkpoint']:,} (difference {exercise['difference']:,}) | "
+        f"{verdict(report['targets']['exercise_flops_equal_to_no_checkpoint'])} |",
+        "",
+        f"## jit(grad) step time per policy (median of {options.repeats}, warm-up excluded)",
+        "",
+        "| policy | median ms | min ms | temp MiB | FLOPs ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for t in timings:
+        lines.append(f"| {t['policy']} | {1e3 * t['median_s']:.1f} | {1e3 * t['min_s']:.1f} | "
+                     f"{t['temp_bytes'] / 2**20:.2f} | {t['flops_ratio']:.3f} |")
+    (options.out / "policies.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nwrote {options.out / 'policies.json'} and {options.out / 'policies.md'}")
+
+
+if __name__ == "__main__":
+    main()
