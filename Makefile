@@ -14,7 +14,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv html test test-unit test-repro linkcheck chromium bench-build clean distclean
+.PHONY: help venv html test test-unit test-repro linkcheck chromium bench-build bench clean distclean
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -80,6 +80,9 @@ chromium:  ## Make sure a Chromium is installed for the browser tests (Debian/Ub
 
 bench-build: $(STAMP)  ## Measure cold, no-change and one-page builds against running the pages as scripts.
 	$(BIN)/python benchmarks/bench_build.py --out $(BUILD)/bench
+
+bench: $(STAMP)  ## Time jit(grad) per policy and compare_policies on the reference transformer; JSON + Markdown in $(BUILD)/bench.
+	$(BIN)/python benchmarks/bench_policies.py --out $(BUILD)/bench
 
 clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info
