@@ -1,11 +1,19 @@
-"""Shared fixtures: where the built site is."""
+"""Shared fixtures and helpers for the checks of the built site."""
 
+import html
 import os
 import pathlib
+import re
+from collections.abc import Callable
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def page_text(page_html: str) -> str:
+    """The text of a page with its tags removed and its entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page_html))
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +22,15 @@ def site_dir() -> pathlib.Path:
     site = ROOT / os.environ.get("REMAT_GUIDE_SITE", "_build/html")
     assert (site / "index.html").is_file(), f"{site} holds no built site: run `make html` first"
     return site
+
+
+@pytest.fixture(scope="session")
+def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
+    """Reads a built page by its path in the site, such as ``"reference/policies.html"``."""
+
+    def read(name: str) -> str:
+        path = site_dir / name
+        assert path.is_file(), f"{path} was not built"
+        return path.read_text(encoding="utf-8")
+
+    return read

@@ -1,14 +1,11 @@
 """The built site holds nothing that changes from build to build: paths, addresses, timings, pids."""
 
 import html as html_lib
-import os
 import pathlib
 import re
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SITE = ROOT / os.environ.get("REMAT_GUIDE_SITE", "_build/html")
+from conftest import ROOT
 
 # Patterns searched in the raw HTML (attributes included).
 RAW_PATTERNS = {
@@ -88,7 +85,5 @@ def test_a_planted_bad_file_fails_the_scan(tmp_path):
 # --- the built site ---------------------------------------------------------------------
 
 
-def test_built_site_holds_nothing_that_changes_between_builds():
-    pages = sorted(SITE.rglob("*.html"))
-    assert pages, f"no HTML under {SITE}: run `make html` (make test does it first)"
-    assert scan_site(SITE) == {}
+def test_built_site_holds_nothing_that_changes_between_builds(site_dir):
+    assert scan_site(site_dir) == {}

@@ -1,29 +1,18 @@
 """The built tutorial page shows each step's residuals and the side-by-side view, as executed."""
 
-import html as html_lib
-import os
-import pathlib
 import re
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SITE = ROOT / os.environ.get("REMAT_GUIDE_SITE", "_build/html")
+from conftest import page_text
 
 
 @pytest.fixture(scope="module")
-def page() -> str:
-    path = SITE / "tutorial.html"
-    assert path.is_file(), f"{path} not built: run `make html` (make test does it first)"
-    return path.read_text(encoding="utf-8")
-
-
-def _text(html: str) -> str:
-    return html_lib.unescape(re.sub(r"<[^>]+>", "", html))
+def page(built_page) -> str:
+    return built_page("tutorial.html")
 
 
 def test_residual_listings_of_each_step(page):
-    text = _text(page)
+    text = page_text(page)
     # The three-layer example without checkpoint: sin and cos outputs of g.
     assert re.search(r"f32\[5\]\s+20\s+primitive\s+sin at <cell>:\d+ \(g\)", text)
     assert re.search(r"f32\[7\]\s+28\s+primitive\s+cos at <cell>:\d+ \(g\)", text)
@@ -36,11 +25,11 @@ def test_residual_listings_of_each_step(page):
 def test_side_by_side_view_marks_recomputation(page):
     assert page.count('<div class="remat-fwd-bwd">') == 2
     assert page.count('title="recomputed"') == 5  # sin, cos, sin, cos, cos of f under the dots policy
-    assert "forward computation:" in _text(page)  # the plain-text view of the sin example
+    assert "forward computation:" in page_text(page)  # the plain-text view of the sin example
 
 
 def test_corrections_are_shown_by_output(page):
-    text = _text(page)
+    text = page_text(page)
     assert "Array(0.78907233, dtype=float32, weak_type=True)" in text
     assert "jax.DeviceArray exists: False" in text
     assert "jax.remat is jax.checkpoint: False" in text
@@ -48,7 +37,7 @@ def test_corrections_are_shown_by_output(page):
 
 
 def test_jit_and_scan_memory_is_measured(page):
-    text = _text(page)
+    text = page_text(page)
     rows = re.findall(r"scan\s+(.+?)\s+temp memory\s+(\d+)% of no checkpoint", text)
     shares = {label: int(share) for label, share in rows}
     assert shares["no jax.checkpoint"] == 100
