@@ -113,6 +113,17 @@ def mlp_unrolled_loss(policy: Any) -> Loss:
     return loss
 
 
+def _scanned_loss(layer: Callable[[jax.Array, Any], jax.Array], policy: Any) -> Loss:
+    """``mean(out ** 2)`` of ``layer`` applied by ``lax.scan`` over the layers of ``params``."""
+    step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+    def loss(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        x, _ = lax.scan(lambda carry, layer_params: (step(carry, layer_params), None), x, params)
+        return jnp.mean(x**2)
+
+    return loss
+
+
 def mlp_scan_loss(policy: Any) -> Loss:
     """The same stack as :func:`mlp_unrolled_loss`, as ``lax.scan`` over the layers.
 
@@ -129,14 +140,7 @@ def mlp_scan_loss(policy: Any) -> Loss:
         >>> bool(jnp.allclose(mlp_scan_loss(policy)(params, x), mlp_unrolled_loss(None)(params, x)))
         True
     """
-    layer = (_mlp_layer if policy is None
-             else jax.checkpoint(_mlp_layer, policy=policy, prevent_cse=False))
-
-    def loss(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-        x, _ = lax.scan(lambda carry, w: (layer(carry, w), None), x, params)
-        return jnp.mean(x**2)
-
-    return loss
+    return _scanned_loss(_mlp_layer, policy)
 
 
 def mlp_args(layers: int, n: int, d: int) -> tuple[dict[str, jax.ShapeDtypeStruct], jax.ShapeDtypeStruct]:
@@ -196,14 +200,7 @@ def transformer_loss(policy: Any) -> Loss:
         >>> bool(jnp.allclose(a, b))
         True
     """
-    block = (_transformer_block if policy is None
-             else jax.checkpoint(_transformer_block, policy=policy, prevent_cse=False))
-
-    def loss(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-        x, _ = lax.scan(lambda carry, p: (block(carry, p), None), x, params)
-        return jnp.mean(x**2)
-
-    return loss
+    return _scanned_loss(_transformer_block, policy)
 
 
 def transformer_args(
