@@ -36,3 +36,12 @@ def test_exercise_page_hides_hints_and_solution(built_page):
     html = built_page("exercise.html")
     assert html.count('class="sd-summary-title') >= 3  # the hint dropdowns
     assert "Show the reference solution" in html
+
+
+def test_every_page_offers_its_source_for_download(site_dir):
+    for source in NOTEBOOK_PAGES + [ROOT / "docs" / "api.md"]:
+        name = source.relative_to(ROOT / "docs").with_suffix(".html")
+        html = (site_dir / name).read_text(encoding="utf-8")
+        link = f'href="{"../" * (len(name.parts) - 1)}_sources/{name.with_suffix(".md").as_posix()}"'
+        assert "btn-download-source-button" in html and link in html, name
+        assert (site_dir / "_sources" / name.with_suffix(".md")).is_file()
