@@ -41,8 +41,7 @@ test: html chromium  ## Build the site; run unit tests, doctests, site, link and
 	$(MAKE) --no-print-directory test-repro
 
 test-unit: $(STAMP)  ## Only the unit tests and doctests that need no built site.
-	$(BIN)/python -m pytest --ignore=tests/test_site.py --ignore=tests/test_links.py \
-	  --ignore=tests/test_browser.py --ignore=tests/test_determinism.py
+	$(BIN)/python -m pytest -m "not site"
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/test_links.py

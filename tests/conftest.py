@@ -34,3 +34,10 @@ def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
         return path.read_text(encoding="utf-8")
 
     return read
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test that reads the built site, so `make test-unit` can leave them out."""
+    for item in items:
+        if "site_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.site)
