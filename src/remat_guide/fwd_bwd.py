@@ -11,7 +11,7 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
-from remat_guide.residuals import _argument_names
+from remat_guide.residuals import _argument_names, _trace_vjp
 
 __all__ = ["FwdBwd", "Line", "fwd_bwd"]
 
@@ -293,7 +293,7 @@ def _render(jaxpr: jcore.Jaxpr, names: _Names, marks: dict[int, str], depth: int
 # --- the public function ----------------------------------------------------------------
 
 
-def _check_leaves(f: Callable, args: tuple, kwargs: dict) -> list[Any]:
+def _check_leaves(f: Callable, args: tuple, kwargs: dict) -> None:
     leaves = jax.tree_util.tree_leaves((args, kwargs))
     for leaf, name in zip(leaves, _argument_names(f, args, kwargs)):
         if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct,
@@ -302,7 +302,6 @@ def _check_leaves(f: Callable, args: tuple, kwargs: dict) -> list[Any]:
                 f"argument {name} must be an array, a number or a jax.ShapeDtypeStruct, "
                 f"got {type(leaf).__name__}"
             )
-    return leaves
 
 
 def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
@@ -363,17 +362,8 @@ def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
     """
     if not callable(f):
         raise TypeError(f"f must be callable, got {type(f).__name__}")
-    leaves = _check_leaves(f, args, kwargs)
-    in_tree = jax.tree_util.tree_structure((args, kwargs))
-
-    def flat_f(*flat_args):
-        call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
-        return f(*call_args, **call_kwargs)
-
-    closed_fwd, (out_shape, vjp_shape) = jax.make_jaxpr(
-        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
-    )(*leaves)
-    fwd = closed_fwd.jaxpr
+    _check_leaves(f, args, kwargs)
+    fwd, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
     res_specs, vjp_tree = jax.tree_util.tree_flatten(vjp_shape)
     ct_specs, ct_tree = jax.tree_util.tree_flatten(out_shape)
 

@@ -162,6 +162,24 @@ def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:
     return names
 
 
+def _trace_vjp(f: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+    """Traces ``jax.vjp(f, *args, **kwargs)`` over the flattened arguments.
+
+    Returns its jaxpr, whose outputs end with the residuals, the shape of ``f``'s output,
+    and the shape of the VJP function, a pytree whose leaves are the residuals.
+    """
+    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat_f(*flat_args):
+        call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
+        return f(*call_args, **call_kwargs)
+
+    closed, (out_shape, vjp_shape) = jax.make_jaxpr(
+        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
+    )(*leaves)
+    return closed.jaxpr, out_shape, vjp_shape
+
+
 def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
     """Lists what ``jax.grad`` of ``f`` keeps from the forward pass for the backward pass.
 
@@ -203,17 +221,8 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
     """
     if not callable(f):
         raise TypeError(f"f must be callable, got {type(f).__name__}")
-    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
-
-    def flat_f(*flat_args):
-        call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
-        return f(*call_args, **call_kwargs)
-
-    closed, out_shape = jax.make_jaxpr(
-        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
-    )(*leaves)
-    jaxpr = closed.jaxpr
-    num_residuals = jax.tree_util.tree_structure(out_shape[1]).num_leaves
+    jaxpr, _, vjp_shape = _trace_vjp(f, args, kwargs)
+    num_residuals = jax.tree_util.tree_structure(vjp_shape).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
 
     # reduce_precision only re-rounds a value and device_put only moves it (an offloading
@@ -228,24 +237,25 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
                 source = through[source]
             wanted[source] = _memory_name(v.aval)
 
+    def record(var: Any, kind: str, name: str, location: str = "") -> Residual:
+        memory = wanted.get(var, "device") if isinstance(var, jax.extend.core.Var) else "device"
+        return Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location, memory)
+
     arg_names = _argument_names(f, args, kwargs)
     items = []
     for var in residual_vars:
         if not isinstance(var, jax.extend.core.Var):
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "literal"))
+            items.append(record(var, "constant", "literal"))
     for var in jaxpr.constvars:
         if var in wanted:
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "constant", "captured",
-                                  memory=wanted[var]))
+            items.append(record(var, "constant", "captured"))
     for var, name in zip(jaxpr.invars, arg_names):
         if var in wanted:
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), "argument", name,
-                                  memory=wanted[var]))
+            items.append(record(var, "argument", name))
     for eqn in jaxpr.eqns:
         for var in eqn.outvars:
             if var not in wanted:
                 continue
-            location = _stable_location(eqn.source_info)
             hi_prim = eqn.params.get("_prim")  # a checkpoint_name under the jax_remat3 flag
             if eqn.primitive.name == "name":
                 kind, name = "named", repr(eqn.params["name"])
@@ -255,6 +265,5 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
                 kind, name = "primitive", f"jit({eqn.params['name']})"
             else:
                 kind, name = "primitive", eqn.primitive.name
-            items.append(Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location,
-                                  wanted[var]))
+            items.append(record(var, kind, name, _stable_location(eqn.source_info)))
     return Residuals(items)
