@@ -1,6 +1,7 @@
 """The built site holds nothing that changes from build to build: paths, addresses, timings, pids."""
 
 import html as html_lib
+import json
 import pathlib
 import re
 
@@ -65,6 +66,38 @@ BAD = {
 }
 
 
+def split_streams(notebook: dict) -> list[str]:
+    """Cells whose printed text reached the notebook in more than one consecutive piece.
+
+    MyST-NB strips the end of each piece before joining them, so where the kernel cut the
+    text (which depends on timing) would change the blank lines of the rendered output.
+    """
+    found = []
+    code_cells = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    for number, cell in enumerate(code_cells, start=1):
+        outputs = cell.get("outputs", [])
+        for before, after in zip(outputs, outputs[1:]):
+            if before["output_type"] == after["output_type"] == "stream" \
+                    and before["name"] == after["name"]:
+                found.append(f"code cell {number}: {before['name']}")
+    return found
+
+
+def _cell(*outputs: dict) -> dict:
+    return {"cell_type": "code", "outputs": list(outputs)}
+
+
+STDOUT = {"output_type": "stream", "name": "stdout", "text": "x\n"}
+STDERR = {"output_type": "stream", "name": "stderr", "text": "w\n"}
+PLOT = {"output_type": "display_data", "data": {}}
+
+
+def test_split_streams_are_found_and_interleaved_outputs_are_not():
+    notebook = {"cells": [{"cell_type": "markdown"}, _cell(STDOUT, PLOT, STDOUT),
+                          _cell(STDOUT, STDERR, STDOUT), _cell(STDOUT, STDOUT)]}
+    assert split_streams(notebook) == ["code cell 3: stdout"]
+
+
 def test_clean_page_has_no_findings():
     assert find_unstable(CLEAN) == []
 
@@ -87,3 +120,12 @@ def test_a_planted_bad_file_fails_the_scan(tmp_path):
 
 def test_built_site_holds_nothing_that_changes_between_builds(site_dir):
     assert scan_site(site_dir) == {}
+
+
+def test_every_cell_printed_its_text_in_one_piece(site_dir):
+    executed = site_dir.parent / "jupyter_execute"
+    notebooks = sorted(executed.rglob("*.ipynb"))
+    assert notebooks, f"{executed} holds no executed notebook"
+    report = {str(p.relative_to(executed)): split_streams(json.loads(p.read_text()))
+              for p in notebooks}
+    assert {page: cells for page, cells in report.items() if cells} == {}

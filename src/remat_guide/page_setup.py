@@ -22,13 +22,15 @@ def load_ipython_extension(ipython: Any) -> None:
     - Tracebacks use IPython's minimal mode: the exception alone, without the paths of the
       machine that built the site.
     - The kernel sends printed text once per cell. By default it sends it every 0.2 s and
-      MyST-NB joins the pieces with line breaks, so where a line was cut depended on timing.
+      MyST-NB strips the end of each piece before joining them, so the blank lines of an
+      output depended on timing. Loading prints nothing, so that no 0.2 s send is left
+      pending when the interval changes.
 
     Args:
         ipython: The running IPython shell.
     """
-    ipython.compile.get_code_name = types.MethodType(_cell_name, ipython.compile)
-    ipython.run_line_magic("xmode", "Minimal")
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "flush_interval"):  # ipykernel's OutStream
             stream.flush_interval = 3600.0
+    ipython.compile.get_code_name = types.MethodType(_cell_name, ipython.compile)
+    ipython.InteractiveTB.set_mode(mode="Minimal")
