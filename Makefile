@@ -2,7 +2,26 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The interpreter for .venv: Python >= 3.12, which JAX 0.12 needs. `make html PYTHON=...`
+# overrides the search; otherwise the first of python3.13, python3.12, python3 on PATH that
+# really runs (a pyenv shim is on PATH even when it refuses to run), then pyenv's 3.13.x and
+# 3.12.x installs. With none, the build stops and says what to install.
+define FIND_PYTHON
+works() { "$$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }; \
+for name in python3.13 python3.12 python3; do \
+  path=$$(command -v "$$name" 2>/dev/null) && works "$$path" && { echo "$$path"; exit 0; }; \
+done; \
+if command -v pyenv >/dev/null 2>&1; then \
+  for dir in $$(ls -1d "$$(pyenv root)"/versions/3.13.* 2>/dev/null | sort -rV) \
+             $$(ls -1d "$$(pyenv root)"/versions/3.12.* 2>/dev/null | sort -rV); do \
+    works "$$dir/bin/python3" && { echo "$$dir/bin/python3"; exit 0; }; \
+  done; \
+fi; \
+echo "No Python >= 3.12 found: JAX 0.12, which this site documents, needs Python 3.12 or 3.13." >&2; \
+echo "Looked for python3.13, python3.12 and python3 on PATH, then 3.13.x/3.12.x under pyenv." >&2; \
+echo "Install one (e.g. 'pyenv install 3.13' or your system's python3.13), or run: make html PYTHON=/path/to/python3.13" >&2; \
+exit 1
+endef
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -14,18 +33,45 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv html test test-unit test-repro linkcheck chromium bench-build bench clean distclean
+.PHONY: help venv jax-envs html test test-unit test-repro linkcheck chromium bench-build bench clean distclean
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ -x $(BIN)/python ] && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+	  echo "$(VENV) runs Python < 3.12: making it again"; rm -rf $(VENV); fi
+	@if [ ! -x $(BIN)/python ]; then \
+	  python='$(PYTHON)'; [ -n "$$python" ] || python=$$($(FIND_PYTHON)) || exit 1; \
+	  echo "Creating $(VENV) with $$python ($$("$$python" --version))"; \
+	  "$$python" -m venv $(VENV) || exit 1; \
+	fi
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
 venv: $(STAMP)  ## Create .venv (or refresh it after requirements.txt/pyproject.toml change).
+
+# The versions page runs the same probe under each older JAX, each in an environment of its
+# own made from its pinned requirements file; JAX 0.12.0.1 is the one in .venv. Both are
+# created side by side, with the interpreter of .venv.
+OLD_JAX := 0.10.2 0.11.2
+JAX_ENVS := .venv-jax
+export REMAT_GUIDE_JAX_ENVS := $(CURDIR)/$(JAX_ENVS)
+JAX_ENV_STAMP := $(JAX_ENVS)/.installed
+
+# Both environments are installed at once (pip waits mostly on downloads and unpacking).
+$(JAX_ENV_STAMP): $(foreach v,$(OLD_JAX),requirements-jax-$(v).txt) $(STAMP)
+	rm -rf $(JAX_ENVS)
+	for v in $(OLD_JAX); do \
+	  ( $(BIN)/python -m venv --without-pip $(JAX_ENVS)/$$v && \
+	    $(BIN)/python -m pip --python $(JAX_ENVS)/$$v/bin/python install --quiet \
+	      --disable-pip-version-check --no-deps -r requirements-jax-$$v.txt ) & \
+	done; \
+	for job in $$(jobs -p); do wait $$job || exit 1; done
+	touch $@
+
+jax-envs: $(JAX_ENV_STAMP)  ## Create the environments of the older JAX releases that the versions page compares.
 
 # jupyter-cache keys a page on its own code only: when the package or the requirements
 # change, drop the cache and the doctrees so that every page runs again on the new code.
@@ -33,7 +79,7 @@ $(BUILD)/.inputs: $(STAMP) $(wildcard src/remat_guide/*.py)
 	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/doctrees
 	mkdir -p $(BUILD) && touch $@
 
-html: $(STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
+html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
 
 test: html chromium  ## Build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
@@ -87,5 +133,5 @@ clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info
 	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +
 
-distclean: clean  ## Also remove .venv.
-	rm -rf $(VENV)
+distclean: clean  ## Also remove .venv and the environments of older JAX releases.
+	rm -rf $(VENV) $(JAX_ENVS)

@@ -6,9 +6,8 @@ import dataclasses
 import re
 
 import jax
-from jax._src import xla_bridge
-from jax._src.lib import _jax
-from jaxlib import _hlo
+
+from remat_guide.jax_internals import hlo_flops
 
 __all__ = ["FlopCount", "Loop", "count_flops"]
 
@@ -105,9 +104,7 @@ class _Program:
                 text = _METADATA.sub("", "\n".join(self.lines[other]))
                 parts.append(("ENTRY " + text) if other == name else text)
                 parts.append("")
-        module = _hlo.hlo_module_from_text("\n".join(parts))
-        costs = _jax.hlo_module_cost_analysis(xla_bridge.get_backend(), module)
-        self._costs[name] = float(costs.get("flops", 0.0))
+        self._costs[name] = hlo_flops("\n".join(parts))
         return self._costs[name]
 
     def loops_in(self, name: str) -> list[tuple[str, str, int]]:
@@ -151,8 +148,6 @@ class _Program:
 
 def _reported_flops(compiled: jax.stages.Compiled) -> float:
     costs = compiled.cost_analysis()
-    if isinstance(costs, (list, tuple)):  # older jaxlibs return one dict per program
-        costs = costs[0] if costs else {}
     return float((costs or {}).get("flops", 0.0))
 
 

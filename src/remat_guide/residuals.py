@@ -11,8 +11,8 @@ from typing import Any
 
 import jax
 import jax.extend.core
+import jax.extend.source_info_util
 import numpy as np
-from jax._src import core, source_info_util
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
@@ -62,7 +62,7 @@ class Residual:
     @property
     def type_str(self) -> str:
         """The value's type in JAX's short notation, such as ``f32[5,3]`` or ``f32<host>[5,3]``."""
-        space = core.MemorySpace[self.memory.capitalize()]
+        space = jax.memory.Space[self.memory.capitalize()]
         return jax.core.ShapedArray(self.shape, self.dtype, memory_space=space).str_short(short_dtypes=True)
 
 
@@ -125,19 +125,21 @@ class Residuals(Sequence[Residual]):
 
 
 def _memory_name(aval: Any) -> str:
-    space = getattr(aval, "memory_space", core.MemorySpace.Device)
-    return "host" if space == core.MemorySpace.Host else "device"
+    space = getattr(aval, "memory_space", jax.memory.Space.Device)
+    return "host" if space == jax.memory.Space.Host else "device"
+
+
+# How jax.extend.source_info_util.summarize names the user's frame: "file:line:column (function)".
+_SUMMARY = re.compile(r"^(?P<file>.*):(?P<line>\d+):\d+ \((?P<function>.*)\)$")
 
 
 def _stable_location(source_info: Any) -> str:
-    frame = source_info_util.user_frame(source_info.traceback)
-    if frame is None:
+    summary = _SUMMARY.match(jax.extend.source_info_util.summarize(source_info))
+    if summary is None:  # no frame of the user's code ("unknown")
         return ""
-    if _NOTEBOOK_CELL.search(frame.file_name):
-        file_name = "<cell>"
-    else:
-        file_name = os.path.basename(frame.file_name)
-    return f"{file_name}:{frame.start_line} ({frame.function_name})"
+    file_name = summary["file"]
+    file_name = "<cell>" if _NOTEBOOK_CELL.search(file_name) else os.path.basename(file_name)
+    return f"{file_name}:{summary['line']} ({summary['function']})"
 
 
 def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:

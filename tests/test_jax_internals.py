@@ -1,0 +1,33 @@
+"""The JAX internals remat_guide relies on still exist where jax_internals.py reads them."""
+
+import jax
+import pytest
+
+from remat_guide import count_flops
+from remat_guide.jax_internals import REQUIRED, hlo_flops
+
+
+@pytest.mark.parametrize("dotted", sorted(REQUIRED))
+def test_each_internal_is_where_jax_internals_reads_it(dotted):
+    module, attribute = REQUIRED[dotted]
+    assert callable(getattr(module, attribute, None)), (
+        f"JAX {jax.__version__} no longer has {dotted}: remat_guide/jax_internals.py must be "
+        "updated (look for a public replacement first)")
+
+
+def test_no_other_module_of_the_package_imports_jax_internals():
+    import pathlib
+
+    package = pathlib.Path(__import__("remat_guide").__file__).parent
+    offenders = [p.name for p in package.glob("*.py")
+                 if p.name != "jax_internals.py" and ("jax._src" in p.read_text() or "import jaxlib" in p.read_text() or "from jaxlib" in p.read_text())]
+    assert offenders == [], f"modules importing JAX internals outside jax_internals.py: {offenders}"
+
+
+def test_hlo_flops_counts_a_matmul_like_the_compiled_program():
+    x = jax.ShapeDtypeStruct((16, 32), "float32")
+    w = jax.ShapeDtypeStruct((32, 8), "float32")
+    compiled = jax.jit(lambda x, w: x @ w).lower(x, w).compile()
+    assert count_flops(compiled).reported == 2 * 16 * 32 * 8
+    text = compiled.as_text()
+    assert hlo_flops(text) == 2 * 16 * 32 * 8
