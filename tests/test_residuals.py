@@ -93,3 +93,20 @@ def test_exercise_solution_keeps_its_inputs_and_two_matmul_outputs():
     res = saved_residuals(checkpoint_dot_policy, w1, w2, x)
     assert res.total_bytes == w1.nbytes + w2.nbytes + x.nbytes + 2 * matmul_bytes
     assert [r.name for r in res.by_kind("primitive")] == ["dot_general", "dot_general"]
+
+
+def test_a_checkpoint_name_fwd_tag_is_named_under_the_remat3_flag():
+    from jax.ad_checkpoint import checkpoint_name_fwd
+
+    def f(w, x):
+        m = checkpoint_name_fwd(jnp.sin(x * w), "m")
+        return jnp.sum(jnp.sin(m) * w)
+
+    g = jax.checkpoint(f, policy=jax.checkpoint_policies.save_only_these_names("m"))
+    previous = jax.config.jax_remat3
+    jax.config.update("jax_remat3", True)
+    try:
+        residuals = saved_residuals(g, jnp.ones(3), jnp.ones(3))
+    finally:
+        jax.config.update("jax_remat3", previous)
+    assert [(r.kind, r.name) for r in residuals] == [("named", "'m'")]

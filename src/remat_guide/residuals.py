@@ -258,10 +258,10 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
         for var in eqn.outvars:
             if var not in wanted:
                 continue
-            hi_prim = eqn.params.get("_prim")  # a checkpoint_name under the jax_remat3 flag
+            hi_prim = eqn.params.get("_prim")  # checkpoint_name(_fwd) under the jax_remat3 flag
             if eqn.primitive.name == "name":
                 kind, name = "named", repr(eqn.params["name"])
-            elif type(hi_prim).__name__ == "CheckpointName":
+            elif type(hi_prim).__name__ in ("CheckpointName", "CheckpointNameFwd"):
                 kind, name = "named", repr(hi_prim.params["name"])
             elif eqn.primitive.name in ("jit", "pjit"):
                 kind, name = "primitive", f"jit({eqn.params['name']})"
