@@ -86,7 +86,7 @@ test: html chromium  ## Build the site; run unit tests, doctests, site, link and
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest
 	$(MAKE) --no-print-directory test-repro
 
-test-unit: $(STAMP)  ## Only the unit tests and doctests that need no built site.
+test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests and doctests that need no built site.
 	$(BIN)/python -m pytest -m "not site"
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).

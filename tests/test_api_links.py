@@ -29,11 +29,13 @@ The rule, applied to every HTML page of the built site except Sphinx's generated
     ``jax.ad_checkpoint.checkpoint_policies.p``: label ``policy-p``;
   - ``checkpoint_policies``, ``jax.checkpoint_policies``,
     ``jax.ad_checkpoint.checkpoint_policies``: ``api-checkpoint_policies``;
-  - the parameters whose names say nothing else, ``prevent_cse``, ``static_argnums``,
-    ``static_argnames`` and ``concrete``: ``param-<name>`` (``fun`` and ``policy`` are
-    ordinary words and variable names on the pages, so they are not checked);
-  - ``checkpoint_name``, ``print_saved_residuals``, ``Saveable``, ``Recompute`` and
-    ``Offloadable``, bare or after ``jax.ad_checkpoint.``: ``api-<name>``;
+  - the parameters whose names say nothing else, ``prevent_cse``, ``static_argnums`` and
+    ``static_argnames``: ``param-<name>`` (``fun`` and ``policy`` are ordinary words and
+    variable names on the pages, so they are not checked); ``concrete``, which JAX removed:
+    ``param-concrete-removed``, the note that shows the error it raises now;
+  - ``checkpoint_name``, ``checkpoint_name_fwd``, ``name_p``, ``print_saved_residuals``,
+    ``Saveable``, ``Recompute`` and ``Offloadable``, bare or after ``jax.ad_checkpoint.``:
+    ``api-<name>``;
   - ``jax.checkpoint``: ``reference-parameters``; ``jax.remat``: ``reference-remat``.
 
 A failure names the page, the literal and the label it should link to.
@@ -64,9 +66,11 @@ def api_spellings() -> dict[str, str]:
     for name in ("checkpoint_policies", "jax.checkpoint_policies",
                  "jax.ad_checkpoint.checkpoint_policies"):
         spellings[name] = "api-checkpoint_policies"
-    for param in ("prevent_cse", "static_argnums", "static_argnames", "concrete"):
+    for param in ("prevent_cse", "static_argnums", "static_argnames"):
         spellings[param] = f"param-{param}"
-    for name in ("checkpoint_name", "print_saved_residuals", "Saveable", "Recompute", "Offloadable"):
+    spellings["concrete"] = "param-concrete-removed"
+    for name in ("checkpoint_name", "checkpoint_name_fwd", "name_p", "print_saved_residuals",
+                 "Saveable", "Recompute", "Offloadable"):
         spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
     spellings["jax.checkpoint"] = "reference-parameters"
     spellings["jax.remat"] = "reference-remat"
@@ -210,7 +214,7 @@ def test_checker_passes_a_linked_mention_and_names_an_unlinked_one():
     ("jax.checkpoint_policies.save_only_these_names('a')", "policy-save_only_these_names"),
     ("policy=jax.checkpoint_policies.dots_saveable", "policy-dots_saveable"),
     ("static_argnums=(0,)", "param-static_argnums"),
-    ("concrete=True", "param-concrete"),
+    ("concrete=True", "param-concrete-removed"),
     ("jax.ad_checkpoint.checkpoint_name", "api-checkpoint_name"),
     ("checkpoint_name(x, 'a')", "api-checkpoint_name"),
     ("Offloadable", "api-Offloadable"),

@@ -77,7 +77,7 @@ def test_rejects_checkpoint_without_policy():
     [
         (P.everything_saveable, ("everything_saveable", "saves values other than")),
         (P.nothing_saveable, ("nothing_saveable", "does not save the two matmul outputs")),
-        (P.save_only_these_names("hidden"), ("SaveOnlyTheseNames", "does not save")),
+        (P.save_only_these_names("hidden"), ("policy save_only_these_names(...) does not save",)),
         (P.dots_saveable, ("dots_saveable", "batch dimensions")),
     ],
     ids=["everything_saveable", "nothing_saveable", "names policy", "dots_saveable"],
@@ -93,7 +93,9 @@ def test_rejects_equivalent_custom_policy():
         (_, _), (lhs_batch, _) = params["dimension_numbers"]
         return not lhs_batch
 
-    _reject(_checkpointed(only_unbatched_dots), "only_unbatched_dots", "asks for the standard")
+    message = _reject(_checkpointed(only_unbatched_dots), "policy only_unbatched_dots saves",
+                      "asks for the standard")
+    assert "<locals>" not in message and "0x" not in message
 
 
 def test_rejects_partial_checkpoint_around_first_layer():
@@ -177,7 +179,19 @@ def test_names_policy_on_tagged_values_is_still_wrong():
         h = checkpoint_name(x @ w1, "h")
         return jnp.sum((jax.nn.relu(h) @ w2) ** 2)
 
-    _reject(jax.checkpoint(tagged, policy=P.save_only_these_names("h")), "SaveOnlyTheseNames", "other than", "'h'")
+    _reject(jax.checkpoint(tagged, policy=P.save_only_these_names("h")),
+            "policy save_only_these_names(...) saves values other than", "'h'")
+
+
+def test_policies_are_named_readably():
+    class DotsOnly:
+        def __call__(self, prim, *avals, **params):
+            return prim.name == "dot_general"
+
+    _reject(_checkpointed(DotsOnly()), "policy DotsOnly ")
+    _reject(_checkpointed(P.dots_saveable), "policy dots_saveable / checkpoint_dots ")
+    combined = P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("h"))
+    _reject(_checkpointed(combined), "policy save_from_both_policies(...) ")
 
 
 def test_rejects_non_callable():

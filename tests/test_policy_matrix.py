@@ -6,7 +6,8 @@ import pytest
 
 from remat_guide import Residual, saved_residuals
 from remat_guide.policy_matrix import (COLUMNS, classify, example_inputs, example_model,
-                                       example_policies, keeps, matrix_markdown)
+                                       example_policies, keeps, matrix_markdown,
+                                       policy_label)
 
 P = jax.checkpoint_policies
 
@@ -47,8 +48,35 @@ def test_names_are_found_under_the_remat3_flag():
     finally:
         jax.config.update("jax_remat3", False)
     assert [r.name for r in residuals if r.kind == "named"] == ["'act'"]
-    assert [r.name for r in residuals if r.kind == "argument"] == ["args[0]", "args[1]", "args[2]"]
+    # Arguments are named by the model's parameters under the flag too, as without it.
+    assert [r.name for r in residuals if r.kind == "argument"] == ["w", "kernel", "x"]
+    assert residuals == keeps(P.save_only_these_names("act"))[0]
     assert row["named 'act'"] == "saved" and row["other intermediates"] == "not kept"
+
+
+def test_an_always_true_policy_differs_from_everything_saveable_only_under_remat3():
+    always = example_policies()["save_anything_except_these_names"]
+    assert keeps(always)[0] == keeps(P.everything_saveable)[0]
+    jax.config.update("jax_remat3", True)
+    try:
+        flagged, flagged_row = keeps(always)
+        everything = keeps(P.everything_saveable)[0]
+    finally:
+        jax.config.update("jax_remat3", False)
+    assert everything == keeps(P.everything_saveable)[0]
+    assert flagged != everything
+    assert flagged_row["named 'act'"] == "saved" and flagged_row["other intermediates"] == "not kept"
+
+
+def test_policy_labels_are_deterministic_names():
+    labels = {name: policy_label(policy) for name, policy in example_policies().items()}
+    assert labels["checkpoint_dots"] == labels["dots_saveable"] == "dots_saveable / checkpoint_dots"
+    assert labels["everything_saveable"] == "everything_saveable"
+    assert labels["save_anything_except_these_names"] == "save_anything_except_these_names(...)"
+    assert labels["save_and_offload_only_these_names"] == "save_and_offload_only_these_names(...)"
+    assert not any("0x" in label or "<" in label for label in labels.values())
+    with pytest.raises(TypeError, match="policy must be callable, got str"):
+        policy_label("dots_saveable")
 
 
 def test_example_policies_cover_the_namespace_and_aliases_share_rows():

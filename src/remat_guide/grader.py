@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from remat_guide.policy_matrix import policy_label
 from remat_guide.residuals import Residuals, saved_residuals
 
 __all__ = ["SolutionError", "check_solution"]
@@ -106,13 +107,6 @@ def _equation_label(eqn: Any) -> str:
     return str(eqn.params.get("name", eqn.primitive.name))
 
 
-def _policy_label(policy: Any) -> str:
-    names = [n for n, p in vars(jax.checkpoint_policies).items() if p is policy]
-    if names:
-        return " / ".join(names)
-    return getattr(policy, "__qualname__", None) or repr(policy)
-
-
 def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Any:
     """The policy of the one ``jax.checkpoint`` that must hold the whole pipeline."""
     eqns = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x).jaxpr.eqns
@@ -144,7 +138,7 @@ def _summary(residuals: Residuals) -> str:
 
 
 def _check_saved(fn: Callable, policy: Any, w1: jax.Array, w2: jax.Array, x: jax.Array) -> None:
-    label = _policy_label(policy)
+    label = policy_label(policy)
     residuals = _call("saved_residuals(fn)", lambda: saved_residuals(fn, w1, w2, x), w1, x)
     arguments = residuals.by_kind("argument")
     computed = [r for r in residuals if r.kind != "argument"]

@@ -12,7 +12,7 @@ from jax.ad_checkpoint import checkpoint_name
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
-           "keeps", "matrix_markdown"]
+           "keeps", "matrix_markdown", "policy_label"]
 
 BATCH, SEQ, WIDTH = 2, 4, 8
 
@@ -74,12 +74,14 @@ def example_policies() -> dict[str, Callable]:
 
     Examples:
         >>> import jax
-        >>> from remat_guide.policy_matrix import example_policies
+        >>> from remat_guide.policy_matrix import example_policies, policy_label
         >>> policies = example_policies()
         >>> sorted(policies) == sorted(vars(jax.checkpoint_policies))
         True
-        >>> policies["dots_saveable"]
-        DotsSaveable(only_if_no_batch_dims=False)
+        >>> policy_label(policies["dots_saveable"])
+        'dots_saveable / checkpoint_dots'
+        >>> policy_label(policies["save_only_these_names"])
+        'save_only_these_names(...)'
     """
     P = jax.checkpoint_policies
     return {
@@ -100,6 +102,58 @@ def example_policies() -> dict[str, Callable]:
             names_which_can_be_saved=["act"], names_which_can_be_offloaded=["proj"],
             offload_src="device", offload_dst="pinned_host"),
     }
+
+
+def policy_label(policy: Callable) -> str:
+    """A short, deterministic name for a policy, for messages and printed listings.
+
+    The ``repr`` of a policy is useless for that: policies are plain functions and
+    closures whose ``repr`` holds a memory address.
+
+    Args:
+        policy: A policy (any callable).
+
+    Returns:
+        The name(s) under which ``jax.checkpoint_policies`` holds ``policy``, joined by
+        ``" / "`` (aliases share one function); else, for a function built inside a
+        factory, the factory's name followed by ``(...)``; else the function's qualified
+        name (without the functions it is nested in); else the class name of a
+        callable object.
+
+    Raises:
+        TypeError: If ``policy`` is not callable.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.policy_matrix import policy_label
+        >>> P = jax.checkpoint_policies
+        >>> policy_label(P.everything_saveable)
+        'everything_saveable'
+        >>> policy_label(P.save_any_names_but_these("act"))
+        'save_any_names_but_these(...)'
+        >>> def mine(prim, *avals, **params):
+        ...     return False
+        >>> policy_label(mine)
+        'mine'
+        >>> policy_label(P.save_from_both_policies(mine, P.nothing_saveable))
+        'mine'
+    """
+    if not callable(policy):
+        raise TypeError(f"policy must be callable, got {type(policy).__name__}")
+    names = [name for name, p in vars(jax.checkpoint_policies).items() if p is policy]
+    if names:
+        return " / ".join(names)
+    qualname = getattr(policy, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return type(policy).__name__
+    if ".<locals>." not in qualname:
+        return qualname
+    outer, _, inner = qualname.rpartition(".<locals>.")
+    factory = getattr(jax.checkpoint_policies, outer, None)
+    if factory is not None and getattr(factory, "__module__", None) == getattr(
+            policy, "__module__", ""):
+        return f"{outer}(...)"
+    return inner
 
 
 def classify(residual: Residual) -> str:

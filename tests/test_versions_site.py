@@ -1,0 +1,27 @@
+"""The built "What changed across versions" page shows the probe's results for the three versions."""
+
+from conftest import page_text
+
+
+def test_versions_page_compares_the_three_versions_on_the_cpu(built_page):
+    html = built_page("versions.html")
+    text = page_text(html)
+    for version in ("0.10.2", "0.11.2", "0.12.0.1"):
+        assert f"JAX {version}, jaxlib {version}" in text
+    assert text.count("backend: cpu") == 3
+    assert html.count('<table class="table versions-table">') >= 8
+    assert "<strong>changed</strong>" in html
+
+
+def test_versions_page_shows_the_differences_it_describes(built_page):
+    text = " ".join(page_text(built_page("versions.html")).split())
+    # concrete: NotImplementedError in 0.10.2, unknown keyword afterwards.
+    assert "raises NotImplementedError: The `concrete` option" in text
+    assert "raises TypeError: checkpoint() got an unexpected keyword argument 'concrete'" in text
+    # The dot policies: class instances, then functions.
+    assert "instance of DotsSaveable" in text
+    # The exports and the remat3 call-time switch.
+    assert "Primitive" in text and "checkpoint_name_fwd" in text
+    assert "primitive (decorated off, called on)" in text
+    # Glued counts made it into the prose.
+    assert "holds 12 names in 0.10.2, 15 in 0.11.2 and 12 in 0.12.0.1" in text
