@@ -57,5 +57,8 @@ def test_parameter_page_shows_each_error_it_describes(pages):
     text = page_text(pages["parameters"])
     assert "TypeError: remat() got an unexpected keyword argument 'static_argnames'" in text
     assert text.count("TracerBoolConversionError: Attempted boolean conversion") == 3
-    assert "NotImplementedError: The `concrete` option" in text
+    assert "TypeError: checkpoint() got an unexpected keyword argument 'concrete'" in text
+    assert "use_sin=False by name: [-0.84147096" in text  # static_argnames under jax_remat3
+    assert "jax_remat3 afterwards: False" in text
+    assert "only in jax.checkpoint: ['static_argnames']" in text
     assert "no optimization_barrier" in text
