@@ -84,13 +84,14 @@ def test_recomputing_everything_costs_about_one_more_forward_pass(transformer_ro
 
 
 N, D = 128, 64
-# One elementwise pass over an (N, D) activation costs N * D FLOPs, one matmul 2 * N * D * D.
-ELEMENTWISE_PASSES = 4
+# One elementwise pass over an (N, D) activation costs N * D FLOPs, one matmul 2 * N * D * D:
+# a few recomputed elementwise passes stay far below one recomputed matmul.
+ELEMENTWISE_PASSES = 8
 
 
-def test_whole_function_checkpoint_changes_nothing_under_jit():
+def test_whole_function_checkpoint_recomputes_no_matmul_and_grows_no_memory_under_jit():
     rows = compare_policies(exercise_loss, *exercise_args(N, D), argnums=(0, 1, 2))
-    assert len({row.temp_bytes for row in rows}) == 1
+    assert all(row.temp_bytes <= rows[0].temp_bytes for row in rows)
     base = rows[0].flops
     assert all(0 <= row.flops - base <= ELEMENTWISE_PASSES * N * D for row in rows)
     assert len({row.residual_bytes for row in rows}) > 1  # the jaxpr-level residuals differ

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from remat_guide import count_flops
-from remat_guide.jax_internals import REQUIRED, hlo_flops
+from remat_guide.jax_internals import REQUIRED, hlo_flops, scan_operands
 
 
 @pytest.mark.parametrize("dotted", sorted(REQUIRED))
@@ -31,3 +31,23 @@ def test_hlo_flops_counts_a_matmul_like_the_compiled_program():
     assert count_flops(compiled).reported == 2 * 16 * 32 * 8
     text = compiled.as_text()
     assert hlo_flops(text) == 2 * 16 * 32 * 8
+
+
+def test_scan_operands_splits_a_scan_equation_into_consts_carry_and_xs():
+    import jax.numpy as jnp
+
+    w = jnp.ones((4, 4))
+
+    def step(carry, x):
+        return carry @ w + x, None
+
+    jaxpr = jax.make_jaxpr(lambda c, xs: jax.lax.scan(step, c, xs))(jnp.ones(4), jnp.ones((3, 4)))
+    (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
+    assert scan_operands(eqn.params, eqn.invars) == ([eqn.invars[0]], [eqn.invars[1]], [eqn.invars[2]]), (
+        f"JAX {jax.__version__} changed how a scan equation records its operands: "
+        "update remat_guide/jax_internals.py:scan_operands")
+
+
+def test_scan_operands_rejects_params_of_another_primitive():
+    with pytest.raises(ValueError, match="params"):
+        scan_operands({"num_consts": 0}, [])

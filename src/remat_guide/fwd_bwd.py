@@ -11,6 +11,7 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
+from remat_guide.jax_internals import scan_operands
 from remat_guide.residuals import _argument_names, _trace_vjp
 
 __all__ = ["FwdBwd", "Line", "fwd_bwd"]
@@ -195,8 +196,8 @@ def _analyse_eqn(eqn: Any, ins: list[_Flags], marks: dict[int, str]) -> list[_Fl
     name, params = eqn.primitive.name, eqn.params
     if name == "scan":
         body = params["jaxpr"].jaxpr
-        nc, nk = params["num_consts"], params["num_carry"]
-        return _fixpoint(body, ins[:nc], ins[nc:nc + nk], ins[nc + nk:], marks)
+        consts, carry, xs = scan_operands(params, ins)
+        return _fixpoint(body, consts, carry, xs, marks)
     if name == "while":
         cn, bn = params["cond_nconsts"], params["body_nconsts"]
         carry = ins[cn + bn:]

@@ -12,7 +12,7 @@ import jax.extend.backend
 from jax._src.lib import _jax
 from jaxlib import _hlo
 
-__all__ = ["REQUIRED", "hlo_flops"]
+__all__ = ["REQUIRED", "hlo_flops", "scan_operands"]
 
 REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
@@ -44,3 +44,36 @@ def hlo_flops(hlo_text: str) -> float:
     module = _hlo.hlo_module_from_text(hlo_text)
     costs: Any = _jax.hlo_module_cost_analysis(jax.extend.backend.get_backend(), module)
     return float(costs.get("flops", 0.0))
+
+
+def scan_operands(params: dict[str, Any], operands: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Split the operands of a ``scan`` equation into its constants, carry and scanned inputs.
+
+    JAX 0.12 records the split in the equation's ``ft_in`` parameter (a flat tree of three
+    groups) instead of the ``num_consts``/``num_carry`` counts of earlier releases; neither is
+    public API.
+
+    Args:
+        params: The ``params`` of a jaxpr equation whose primitive is ``scan``.
+        operands: One item per operand of that equation (its invars, or anything aligned
+            with them).
+
+    Returns:
+        ``(consts, carry, xs)`` as lists, in operand order.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.jax_internals import scan_operands
+        >>> def step(carry, x):
+        ...     return carry * 2.0 + x, None
+        >>> jaxpr = jax.make_jaxpr(lambda c, xs: jax.lax.scan(step, c, xs))(1.0, jnp.ones(3))
+        >>> eqn = jaxpr.eqns[0]
+        >>> scan_operands(eqn.params, ["c", "xs"])
+        ([], ['c'], ['xs'])
+    """
+    if "ft_in" not in params:
+        raise ValueError(f"params: expected the params of a JAX 0.12 scan equation (with 'ft_in'), "
+                         f"got keys {sorted(params)}")
+    consts, carry, xs = params["ft_in"].update(list(operands)).unpack()
+    return list(consts), list(carry), list(xs)
