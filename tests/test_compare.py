@@ -199,3 +199,4 @@ def test_depth_page_plots_memory_against_depth(site_dir):
     for strategy in ("no checkpoint", "per-layer checkpoint", "recursive, sqrt(N) (2 levels)"):
         assert f"N=256: {strategy}" in text
     assert "prevent_cse=False  optimization_barrier ops: 0" in text
+    assert "in which case ``prevent_cse`` can be set to False." in text  # the whole sentence

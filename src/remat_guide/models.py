@@ -25,7 +25,8 @@ __all__ = [
 
 Loss = Callable[..., jax.Array]
 
-# The checkpoint_name tags of the transformer block, named the way production code names them.
+#: The ``checkpoint_name`` tags of :func:`transformer_loss`'s block, in the order the block
+#: computes them, named the way production transformer code names them.
 TRANSFORMER_NAMES = ("query_proj", "key_proj", "value_proj", "attn_out", "mlp_hidden")
 
 

@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["DIRECT_POLICIES", "FACTORY_CALLS", "comparison_table", "main", "probe",
+__all__ = ["DIRECT_POLICIES", "FACTORY_CALLS", "changed_rows", "comparison_table", "main", "probe",
            "residual_lines", "residual_summary"]
 
 # Bump when the layout of the document changes.
 PROBE_FORMAT = 1
 
-# Policies used as they are.
+#: The policies the probe uses as they are (not policy factories).
 DIRECT_POLICIES = (
     "checkpoint_dots",
     "checkpoint_dots_with_no_batch_dims",
@@ -46,8 +46,8 @@ DIRECT_POLICIES = (
     "nothing_saveable",
 )
 
-# Policies that make a policy, with the fixed call the probe makes: (args, kwargs), as text
-# for the page and as a function of the policies namespace for the probe.
+#: The policy factories, each with the call the probe makes: the call's arguments as text
+#: for the page, and a function of the ``jax.checkpoint_policies`` namespace that makes it.
 FACTORY_CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "save_only_these_names": ('("a")', lambda cp: cp.save_only_these_names("a")),
     "save_any_names_but_these": ('("a")', lambda cp: cp.save_any_names_but_these("a")),
@@ -175,6 +175,23 @@ def residual_lines(fn: Callable, *args: Any) -> list[str]:
     Each line keeps the value's type and where it comes from (``from the argument x``,
     ``named 'a'``, ``output of sin``); the ``from <file>:<line> (<function>)`` part is
     dropped, so that the lines are comparable across versions.
+
+    Args:
+        fn: The function to differentiate.
+        *args: Its arguments.
+
+    Returns:
+        One line per residual, in the order JAX prints them.
+
+    Raises:
+        TypeError: If ``fn`` is not callable.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.version_probe import residual_lines
+        >>> residual_lines(jax.checkpoint(lambda x: jnp.sum(jnp.sin(jnp.sin(x)))), jnp.ones(3))
+        ['f32[3] from the argument x']
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -329,7 +346,23 @@ def _remat3() -> dict[str, Any]:
 # --- the document ---------------------------------------------------------------------------
 
 def probe() -> dict[str, Any]:
-    """Runs every probe item on the installed JAX and returns the document as a dict."""
+    """Runs every probe item on the installed JAX and returns the document as a dict.
+
+    Returns:
+        A JSON-serialisable dict: the versions of JAX, jaxlib and Python, then one entry per
+        probe item (``checkpoint_parameters``, ``policies``, ``residuals``,
+        ``ad_checkpoint_exports``, ``remat3``, ...), each the item's result or
+        ``{"error": "TypeName: message"}``.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.version_probe import probe
+        >>> document = probe()
+        >>> document["jax"] == jax.__version__
+        True
+        >>> [p["name"] for p in document["checkpoint_parameters"]]
+        ['fun', 'prevent_cse', 'policy', 'static_argnums', 'static_argnames']
+    """
 
     def exports() -> dict[str, str]:
         module = importlib.import_module("jax.ad_checkpoint")
@@ -376,9 +409,20 @@ ABSENT = "(absent)"
 def residual_summary(lines: Any) -> str:
     """A short form of :func:`residual_lines`: arguments, then 'names', then primitive[shape].
 
-    >>> residual_summary(["f32[2,3] from the argument x", "f32[2,3] named 'a'",
-    ...                   "f32<host>[2,5] output of device_put", "f32[2,5] output of tanh"])
-    "x · 'a' · host:device_put[2,5] tanh[2,5]"
+    Args:
+        lines: The lines of :func:`residual_lines`, or a probe item's ``{"error": ...}``.
+
+    Returns:
+        One line of text; the error message for an error item.
+
+    Raises:
+        TypeError: If ``lines`` is neither a list of str nor an error dict.
+
+    Examples:
+        >>> from remat_guide.version_probe import residual_summary
+        >>> residual_summary(["f32[2,3] from the argument x", "f32[2,3] named 'a'",
+        ...                   "f32<host>[2,5] output of device_put", "f32[2,5] output of tanh"])
+        "x · 'a' · host:device_put[2,5] tanh[2,5]"
     """
     if isinstance(lines, dict) and "error" in lines:
         return lines["error"]
@@ -407,11 +451,25 @@ def comparison_table(first_header: str, versions: list[str],
     A row is marked (its label in bold, "changed" in the last column) when its values are
     not all equal. Values are shown as text (``code=True`` sets them in ``<code>``).
 
-    >>> print(comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])]))
-    ... # doctest: +NORMALIZE_WHITESPACE
-    <table class="table versions-table"><thead><tr><th>item</th><th>1</th><th>2</th><th></th></tr></thead>
-    <tbody><tr><td>a</td><td><code>x</code></td><td><code>x</code></td><td></td></tr>
-    <tr><td><strong>b</strong></td><td><code>x</code></td><td><code>y</code></td><td><strong>changed</strong></td></tr></tbody></table>
+    Args:
+        first_header: The header of the label column.
+        versions: The column headers, one per version.
+        rows: ``(label, values)`` pairs, one value per version.
+        code: Whether to set the values in ``<code>``.
+
+    Returns:
+        The table as one HTML string.
+
+    Raises:
+        ValueError: If ``versions`` is empty or a row has a value count other than
+            ``len(versions)``.
+
+    Examples:
+        >>> from remat_guide.version_probe import comparison_table
+        >>> print(comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])]))  # doctest: +NORMALIZE_WHITESPACE
+        <table class="table versions-table"><thead><tr><th>item</th><th>1</th><th>2</th><th></th></tr></thead>
+        <tbody><tr><td>a</td><td><code>x</code></td><td><code>x</code></td><td></td></tr>
+        <tr><td><strong>b</strong></td><td><code>x</code></td><td><code>y</code></td><td><strong>changed</strong></td></tr></tbody></table>
     """
     if not isinstance(versions, list) or not versions:
         raise ValueError("versions must be a non-empty list")
@@ -437,13 +495,41 @@ def comparison_table(first_header: str, versions: list[str],
 
 
 def changed_rows(rows: list[tuple[str, list[Any]]]) -> list[str]:
-    """The labels of the rows whose values are not all equal."""
+    """The labels of the rows whose values are not all equal.
+
+    Args:
+        rows: ``(label, values)`` pairs, as for :func:`comparison_table`.
+
+    Returns:
+        The labels of the changed rows, in order.
+
+    Examples:
+        >>> from remat_guide.version_probe import changed_rows
+        >>> changed_rows([("a", ["x", "x"]), ("b", ["x", "y"])])
+        ['b']
+    """
     return [label for label, values in rows
             if len({json.dumps(v, sort_keys=True) for v in values}) > 1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prints the document as JSON (sorted keys, indented) to stdout; returns 0."""
+    """Prints the document of :func:`probe` as JSON (sorted keys, indented) to stdout.
+
+    Args:
+        argv: The command-line arguments; there must be none (``None`` reads ``sys.argv``).
+
+    Returns:
+        0, the exit status.
+
+    Raises:
+        SystemExit: With a usage message, if arguments are given.
+
+    Examples:
+        >>> from remat_guide.version_probe import main
+        >>> main(["--json"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        SystemExit: usage: python ... (no arguments), got ['--json']
+    """
     argv = sys.argv[1:] if argv is None else argv
     if argv:
         raise SystemExit(f"usage: python {sys.argv[0]} (no arguments), got {argv}")
