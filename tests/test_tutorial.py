@@ -32,13 +32,17 @@ def test_corrections_are_shown_by_output(page):
     text = page_text(page)
     assert "Array(0.78907233, dtype=float32, weak_type=True)" in text
     assert "jax.DeviceArray exists: False" in text
+    assert "the docstring's output line: (Array(" in text
+    assert "reduce_precision(8, 23) is the identity on float32: True" in text
     assert "jax.remat is jax.checkpoint: False" in text
     assert "TypeError: remat() got an unexpected keyword argument 'static_argnames'" in text
 
 
 def test_jit_and_scan_memory_is_measured(page):
     text = page_text(page)
-    rows = re.findall(r"scan\s+(.+?)\s+temp memory\s+(\d+)% of no checkpoint", text)
-    shares = {label: int(share) for label, share in rows}
-    assert shares["no jax.checkpoint"] == 100
-    assert shares["checkpoint, policy=None"] < 100
+    rows = re.findall(r"(unrolled|scan)\s+(.+?)\s+temp memory\s+(\d+)% of no checkpoint", text)
+    shares = {(loop, label): int(share) for loop, label, share in rows}
+    assert len(shares) == 6
+    for loop in ("unrolled", "scan"):
+        assert shares[loop, "no jax.checkpoint"] == 100
+        assert shares[loop, "checkpoint, policy=None"] < 100  # as the prose says, on the CPU
