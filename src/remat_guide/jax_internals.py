@@ -18,7 +18,7 @@ REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
     "jax._src.lib._jax.hlo_module_cost_analysis": (_jax, "hlo_module_cost_analysis"),
 }
-"""Each internal this module uses, by its dotted name: ``(module, attribute)``."""
+"""The internals this module uses. Keys are dotted names, values ``(module, attribute)`` pairs."""
 
 
 def hlo_flops(hlo_text: str) -> float:

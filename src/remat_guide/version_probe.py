@@ -46,8 +46,9 @@ DIRECT_POLICIES = (
     "nothing_saveable",
 )
 
-#: The policy factories, each with the call the probe makes: the call's arguments as text
-#: for the page, and a function of the ``jax.checkpoint_policies`` namespace that makes it.
+#: The call the probe makes to each policy factory, by the factory's name. Each value is a
+#: pair of the call's arguments as text (for the page) and a function of the
+#: ``jax.checkpoint_policies`` namespace that makes the policy.
 FACTORY_CALLS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "save_only_these_names": ('("a")', lambda cp: cp.save_only_these_names("a")),
     "save_any_names_but_these": ('("a")', lambda cp: cp.save_any_names_but_these("a")),
@@ -349,10 +350,10 @@ def probe() -> dict[str, Any]:
     """Runs every probe item on the installed JAX and returns the document as a dict.
 
     Returns:
-        A JSON-serialisable dict: the versions of JAX, jaxlib and Python, then one entry per
-        probe item (``checkpoint_parameters``, ``policies``, ``residuals``,
-        ``ad_checkpoint_exports``, ``remat3``, ...), each the item's result or
-        ``{"error": "TypeName: message"}``.
+        The document as a JSON-serialisable dict. It holds the versions of JAX, jaxlib and
+        Python, then one entry per probe item (``checkpoint_parameters``, ``policies``,
+        ``residuals``, ``ad_checkpoint_exports``, ``remat3``, ...), each the item's result
+        or ``{"error": "TypeName: message"}``.
 
     Examples:
         >>> import jax
