@@ -45,4 +45,4 @@ def test_jit_and_scan_memory_is_measured(page):
     assert len(shares) == 6
     for loop in ("unrolled", "scan"):
         assert shares[loop, "no jax.checkpoint"] == 100
-        assert shares[loop, "checkpoint, policy=None"] < 100  # as the prose says, on the CPU
+        assert shares[loop, "policy=None"] < 100  # as the prose says, on the CPU
