@@ -16,10 +16,25 @@ def test_residual_listings_of_each_step(page):
     # The three-layer example without checkpoint: sin and cos outputs of g.
     assert re.search(r"f32\[5\]\s+20\s+primitive\s+sin at <cell>:\d+ \(g\)", text)
     assert re.search(r"f32\[7\]\s+28\s+primitive\s+cos at <cell>:\d+ \(g\)", text)
+    # The prose count of kept values is the listing's own total.
+    kept = re.search(r"total\s+[\d,]+\s+(\d+) residuals", text).group(1)
+    assert re.search(rf"\b{kept}\s+values are kept\.", text)
+    # Checkpoint on each layer: each cos is recomputed with the matrix product it comes from.
+    assert "recomputed: ('dot_general', 'cos', 'dot_general', 'cos', 'dot_general', 'cos')" in text
     # The dots policy keeps matmul outputs; the names policy keeps the value named 'a'.
     assert re.search(r"primitive\s+dot_general at <cell>:\d+ \(g\)", text)
     assert re.search(r"named\s+'a' at <cell>:\d+ \(f_named\)", text)
+    assert "checkpoint_name returns its value unchanged: True" in text
     assert "| equal: True" in text
+
+
+def test_recursive_checkpoint_counts_in_prose_match_the_listing(page):
+    text = page_text(page)
+    source = r"at <cell>:\d+ \(recursive_checkpoint\.<locals>\.<lambda>\)"
+    sines = len(re.findall(r"primitive\s+sin " + source, text))
+    cosines = len(re.findall(r"primitive\s+cos " + source, text))
+    assert (sines, cosines) == (1, 2)
+    assert re.search(rf"the input,\s+{sines}\s+sin\s+and\s+{cosines}\s+cos\.", text)
 
 
 def test_side_by_side_view_marks_recomputation(page):
@@ -33,9 +48,20 @@ def test_corrections_are_shown_by_output(page):
     assert "Array(0.78907233, dtype=float32, weak_type=True)" in text
     assert "jax.DeviceArray exists: False" in text
     assert "the docstring's output line: (Array(" in text
+    assert "float32 exponent and mantissa bits: 8 23" in text
+    assert re.search(r"widths of\s+float32\s+itself \(8\s+and\s+23\s+bits", text)
     assert "reduce_precision(8, 23) is the identity on float32: True" in text
     assert "jax.remat is jax.checkpoint: False" in text
     assert "TypeError: remat() got an unexpected keyword argument 'static_argnames'" in text
+
+
+def test_signature_is_the_installed_one_without_concrete(page):
+    text = page_text(page)
+    signature = re.search(r"jax\.checkpoint: \(fun.*", text).group(0)
+    assert "static_argnames" in signature and ", *," in signature
+    assert "concrete" not in signature
+    assert "concrete=" not in text  # no typed signature quoting the removed parameter
+    assert 'href="reference/parameters.html#param-concrete-removed"' in page
 
 
 def test_jit_and_scan_memory_is_measured(page):
@@ -45,4 +71,27 @@ def test_jit_and_scan_memory_is_measured(page):
     assert len(shares) == 6
     for loop in ("unrolled", "scan"):
         assert shares[loop, "no jax.checkpoint"] == 100
-        assert shares[loop, "policy=None"] < 100  # as the prose says, on the CPU
+        assert shares[loop, "policy=None"] < 100 <= shares[loop, "dots_with_no_batch_dims_saveable"]
+    # The bullets quote the same shares, on the CPU.
+    assert re.search(rf"to\s+{shares['unrolled', 'policy=None']}% of no checkpoint unrolled and\s+"
+                     rf"{shares['scan', 'policy=None']}% in the scan", text)
+    assert re.search(rf"{shares['unrolled', 'dots_with_no_batch_dims_saveable']}% of no checkpoint"
+                     rf" unrolled,\s+{shares['scan', 'dots_with_no_batch_dims_saveable']}% in the scan",
+                     text)
+    # Without checkpoint, unrolled: XLA's temp memory is below the residuals computed, as quoted.
+    computed, temp = map(float, re.search(
+        r"unrolled\s+no jax\.checkpoint\s+computed\s+([\d.]+) MiB\s+XLA temp\s+([\d.]+) MiB", text).groups())
+    assert temp < computed
+    assert re.search(rf"add up\s+to {computed:.0f} MiB, but XLA.s temporary memory is\s+{temp:.0f} MiB", text)
+
+
+def test_recomputation_costs_flops_and_redoes_matmuls_only_without_the_dots_policy(page):
+    text = page_text(page)
+    rows = re.findall(r"(unrolled|scan)\s+(.+?)\s+FLOPs\s+([\d.]+)% of no checkpoint", text)
+    flops = {(loop, label): float(share) for loop, label, share in rows}
+    assert len(flops) == 6
+    for loop in ("unrolled", "scan"):
+        assert flops[loop, "policy=None"] > flops[loop, "dots_with_no_batch_dims_saveable"] > 100
+    redone = dict(re.findall(r"(policy=None|dots_with_no_batch_dims_saveable) recomputes:\s+([^\n]+)", text))
+    assert redone["policy=None"].split().count("dot_general") == 2
+    assert "dot_general" not in redone["dots_with_no_batch_dims_saveable"]
