@@ -83,7 +83,7 @@ html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly int
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
 
 test: html chromium  ## Build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
-	@# The clean build of test-repro runs on one core while pytest uses the other.
+	@# The clean build of test-repro runs while pytest does.
 	@mkdir -p $(BUILD)
 	@$(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest; tests=$$?; \
@@ -96,18 +96,18 @@ test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests and doctests that n
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/test_links.py
 
-# The site that `make html` built (in parallel, reusing executed pages, maybe over an earlier
-# build) must be byte-identical to a clean build made every other way: a copy of the working
-# tree in a folder of another name, serial, every page executed afresh, offline.
+# The site that `make html` built (reusing executed pages, maybe over an earlier build) must be
+# byte-identical to a clean build: a copy of the working tree in a folder of another name,
+# every page executed afresh, offline. It shares the two cores with pytest in `make test`.
 REPRO := $(BUILD)/repro/another-site
-test-repro: html  ## Build the site once more from a clean copy, serially and offline, and compare it byte for byte with _build/html.
+test-repro: html  ## Build the site once more from a clean copy, offline, and compare it byte for byte with _build/html.
 	@$(MAKE) --no-print-directory repro-check
 
 repro-check: $(STAMP) $(JAX_ENV_STAMP)
 	rm -rf $(BUILD)/repro
 	mkdir -p $(REPRO) && git ls-files -z --cached --others --exclude-standard \
 	  | xargs -0 cp --parents -t $(REPRO)
-	build='$(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j 1 -d _build/doctrees -c . docs _build/html'; \
+	build='$(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j auto -d _build/doctrees -c . docs _build/html'; \
 	if command -v ip >/dev/null && unshare -rn true 2>/dev/null; then \
 	  echo "test-repro: the clean build runs in a network namespace with only the loopback"; \
 	  cd $(REPRO) && unshare -rn sh -c "ip link set lo up && exec $$build"; \

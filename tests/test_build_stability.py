@@ -4,19 +4,22 @@ import json
 import re
 from types import SimpleNamespace
 
-from remat_guide.build_stability import drop_emptied_search_terms, reread_pages_with_index_entries
+from remat_guide.build_stability import complete_search_index
 
 
 def _env(entries):
     return SimpleNamespace(domains=SimpleNamespace(index_domain=SimpleNamespace(entries=entries)))
 
 
-def test_pages_with_index_entries_are_read_again_unless_already_outdated():
-    env = _env({"api": [("single", "f()", "f", "", None)], "reference/x": [("single", "g", "g", "", None)],
-                "tutorial": []})
-    assert reread_pages_with_index_entries(None, env, set(), set(), set()) == ["api", "reference/x"]
-    assert reread_pages_with_index_entries(None, env, set(), {"api"}, set()) == ["reference/x"]
-    assert reread_pages_with_index_entries(None, env, set(), set(), {"reference/x"}) == ["api"]
+def test_missing_index_entries_are_restored_from_the_general_index():
+    entries = {"api": [("single", "f() (in module m)", "m.f", "", None), ("pair", "remat; policy", "p", "main", None)],
+               "written": [("single", "g", "g", "", None)], "tutorial": []}
+    app = SimpleNamespace(env=_env(entries), builder=SimpleNamespace(indexer=SimpleNamespace(
+        _index_entries={"written": [("g", "g", "")]}, _mapping={}, _title_mapping={})))
+    assert complete_search_index(app) == []
+    assert app.builder.indexer._index_entries == {
+        "written": [("g", "g", "")],  # fed by this build: left as it is
+        "api": [("f() (in module m)", "m.f", ""), ("policy", "p", "main"), ("remat", "p", "main")]}
 
 
 def test_every_page_links_each_stylesheet_with_its_checksum(site_dir):
@@ -35,6 +38,7 @@ def test_search_index_holds_the_api_index_entries(site_dir):
 def test_words_that_no_document_contains_are_dropped_from_the_search_index():
     indexer = SimpleNamespace(_mapping={"kept": {"api"}, "gone": set()},
                               _title_mapping={"title": {"index"}, "stale": set()})
-    app = SimpleNamespace(builder=SimpleNamespace(indexer=indexer))
-    assert drop_emptied_search_terms(app) == []
+    indexer._index_entries = {}
+    app = SimpleNamespace(env=_env({}), builder=SimpleNamespace(indexer=indexer))
+    assert complete_search_index(app) == []
     assert indexer._mapping == {"kept": {"api"}} and indexer._title_mapping == {"title": {"index"}}

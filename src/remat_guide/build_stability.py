@@ -6,8 +6,9 @@ import pathlib
 from typing import Any
 
 from myst_nb import sphinx_ext as myst_nb_sphinx
+from sphinx.util.index_entries import split_index_msg
 
-__all__ = ["pages_with_index_entries", "setup"]
+__all__ = ["index_entries_for_search", "pages_with_index_entries", "setup"]
 
 
 def copy_mystnb_css_first(app: Any) -> None:
@@ -44,27 +45,62 @@ def pages_with_index_entries(env: Any) -> list[str]:
     return sorted(docname for docname, entries in env.domains.index_domain.entries.items() if entries)
 
 
-def reread_pages_with_index_entries(app: Any, env: Any, added: set[str], changed: set[str],
-                                    removed: set[str]) -> list[str]:
-    """Has Sphinx read again every document with index entries, on every build.
+def index_entries_for_search(entries: list[tuple[str, str, str, str, Any]]) -> list[tuple[str, str, str]]:
+    """The search index's entries of one document, from its entries in the general index.
 
-    Sphinx 9 rebuilds ``searchindex.js`` from the documents it writes plus what it loads
-    from the previous ``searchindex.js``, and loading drops the index entries: after a
+    The same conversion as Sphinx 9's ``IndexBuilder.feed`` applies to a document's
+    ``index`` nodes.
+
+    Args:
+        entries: A document's entries in the ``index`` domain:
+            ``(entry_type, value, target_id, main, category_key)`` tuples.
+
+    Returns:
+        ``(term, target_id, main)`` tuples, sorted.
+
+    Examples:
+        >>> from remat_guide.build_stability import index_entries_for_search
+        >>> index_entries_for_search([("single", "f() (in module m)", "m.f", "", None)])
+        [('f() (in module m)', 'm.f', '')]
+    """
+    collected: set[tuple[str, str, str]] = set()
+    for entry_type, value, target_id, main, _category in entries:
+        try:
+            terms = split_index_msg(entry_type, value)
+        except ValueError:
+            continue
+        if entry_type in {"see", "seealso"}:
+            collected.add((terms[0], target_id or "", main))
+        collected |= {(term, target_id or "", main) for term in terms}
+    return sorted(collected)
+
+
+def restore_index_entries(app: Any) -> None:
+    """Gives the search index the entries of the documents this build did not rewrite.
+
+    Sphinx 9 rebuilds ``searchindex.js`` from the documents it writes plus the previous
+    ``searchindex.js``, and loading that file does not restore its index entries: after a
     rebuild that did not rewrite ``api``, the search index had no ``indexentries`` at all.
-    Rewriting those documents each time feeds their entries again.
+    The general index still holds every document's entries, so they are taken from there.
     """
-    return [docname for docname in pages_with_index_entries(env)
-            if docname not in added | changed | removed]
+    indexer = getattr(app.builder, "indexer", None)
+    if indexer is None:
+        return
+    for docname in pages_with_index_entries(app.env):
+        if docname not in indexer._index_entries:
+            indexer._index_entries[docname] = index_entries_for_search(
+                app.env.domains.index_domain.entries[docname])
 
 
-def drop_emptied_search_terms(app: Any) -> list[tuple[str, dict[str, Any], str]]:
-    """Removes the words that no document contains any more from the search index.
+def complete_search_index(app: Any) -> list[tuple[str, dict[str, Any], str]]:
+    """Restores the index entries (:func:`restore_index_entries`) and drops emptied words.
 
-    On a rebuild Sphinx 9 loads the previous ``searchindex.js`` and removes the rewritten
-    documents from each word's set of documents, but keeps a word whose set became empty:
-    ``searchindex.js`` then lists it as ``"word": []``, which a clean build never writes.
     Runs on ``html-collect-pages``, just before Sphinx writes the index; adds no page.
+    Removing the words is the second fix: on a rebuild Sphinx removes the rewritten
+    documents from each word's set of documents but keeps a word whose set became empty,
+    which ``searchindex.js`` then lists as ``"word": []`` and a clean build never writes.
     """
+    restore_index_entries(app)
     indexer = getattr(app.builder, "indexer", None)
     if indexer is not None:
         for mapping in (indexer._mapping, indexer._title_mapping):
@@ -76,6 +112,5 @@ def drop_emptied_search_terms(app: Any) -> list[tuple[str, dict[str, Any], str]]
 def setup(app: Any) -> dict[str, Any]:
     """Register the three fixes with Sphinx."""
     app.connect("builder-inited", copy_mystnb_css_first)
-    app.connect("env-get-outdated", reread_pages_with_index_entries)
-    app.connect("html-collect-pages", drop_emptied_search_terms)
+    app.connect("html-collect-pages", complete_search_index)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
