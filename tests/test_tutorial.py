@@ -64,19 +64,25 @@ def test_signature_is_the_installed_one_without_concrete(page):
     assert 'href="reference/parameters.html#param-concrete-removed"' in page
 
 
+def _shares(text: str, measure: str) -> dict[tuple[str, str], float]:
+    """The printed "<loop> <label> <measure> N% of no checkpoint" rows, one per loop and variant."""
+    rows = re.findall(rf"(unrolled|scan)\s+(.+?)\s+{measure}\s+([\d.]+)% of no checkpoint", text)
+    shares = {(loop, label): float(share) for loop, label, share in rows}
+    assert len(shares) == 6
+    return shares
+
+
 def test_jit_and_scan_memory_is_measured(page):
     text = page_text(page)
-    rows = re.findall(r"(unrolled|scan)\s+(.+?)\s+temp memory\s+(\d+)% of no checkpoint", text)
-    shares = {(loop, label): int(share) for loop, label, share in rows}
-    assert len(shares) == 6
+    shares = _shares(text, "temp memory")
     for loop in ("unrolled", "scan"):
         assert shares[loop, "no jax.checkpoint"] == 100
         assert shares[loop, "policy=None"] < 100 <= shares[loop, "dots_with_no_batch_dims_saveable"]
     # The bullets quote the same shares, on the CPU.
-    assert re.search(rf"to\s+{shares['unrolled', 'policy=None']}% of no checkpoint unrolled and\s+"
-                     rf"{shares['scan', 'policy=None']}% in the scan", text)
-    assert re.search(rf"{shares['unrolled', 'dots_with_no_batch_dims_saveable']}% of no checkpoint"
-                     rf" unrolled,\s+{shares['scan', 'dots_with_no_batch_dims_saveable']}% in the scan",
+    assert re.search(rf"to\s+{shares['unrolled', 'policy=None']:.0f}% of no checkpoint unrolled and\s+"
+                     rf"{shares['scan', 'policy=None']:.0f}% in the scan", text)
+    assert re.search(rf"{shares['unrolled', 'dots_with_no_batch_dims_saveable']:.0f}% of no checkpoint"
+                     rf" unrolled,\s+{shares['scan', 'dots_with_no_batch_dims_saveable']:.0f}% in the scan",
                      text)
     # Without checkpoint, unrolled: XLA's temp memory is below the residuals computed, as quoted.
     computed, temp = map(float, re.search(
@@ -87,9 +93,7 @@ def test_jit_and_scan_memory_is_measured(page):
 
 def test_recomputation_costs_flops_and_redoes_matmuls_only_without_the_dots_policy(page):
     text = page_text(page)
-    rows = re.findall(r"(unrolled|scan)\s+(.+?)\s+FLOPs\s+([\d.]+)% of no checkpoint", text)
-    flops = {(loop, label): float(share) for loop, label, share in rows}
-    assert len(flops) == 6
+    flops = _shares(text, "FLOPs")
     for loop in ("unrolled", "scan"):
         assert flops[loop, "policy=None"] > flops[loop, "dots_with_no_batch_dims_saveable"] > 100
     redone = dict(re.findall(r"(policy=None|dots_with_no_batch_dims_saveable) recomputes:\s+([^\n]+)", text))
