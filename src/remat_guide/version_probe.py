@@ -445,6 +445,11 @@ def residual_summary(lines: Any) -> str:
     return " · ".join(" ".join(g) for g in groups.values() if g) or "(nothing)"
 
 
+def _values_differ(values: list[Any]) -> bool:
+    """Whether the JSON values of one row are not all equal."""
+    return len({json.dumps(v, sort_keys=True) for v in values}) > 1
+
+
 def comparison_table(first_header: str, versions: list[str],
                      rows: list[tuple[str, list[Any]]], code: bool = True) -> str:
     """An HTML table: one row per item, one column per version, and a "changed" column.
@@ -486,7 +491,7 @@ def comparison_table(first_header: str, versions: list[str],
     head = "".join(f"<th>{esc(h)}</th>" for h in [first_header, *versions, ""])
     body = []
     for label, values in rows:
-        changed = len({json.dumps(v, sort_keys=True) for v in values}) > 1
+        changed = _values_differ(values)
         name = f"<strong>{esc(label)}</strong>" if changed else esc(label)
         mark = "<strong>changed</strong>" if changed else ""
         body.append(f"<tr><td>{name}</td>{''.join(f'<td>{cell(v)}</td>' for v in values)}"
@@ -510,7 +515,7 @@ def changed_rows(rows: list[tuple[str, list[Any]]]) -> list[str]:
         ['b']
     """
     return [label for label, values in rows
-            if len({json.dumps(v, sort_keys=True) for v in values}) > 1]
+            if _values_differ(values)]
 
 
 def main(argv: list[str] | None = None) -> int:
