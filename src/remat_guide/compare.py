@@ -8,13 +8,16 @@ from typing import Any
 
 import jax
 import jax.extend.core
+import pandas as pd
 
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
+from remat_guide.tables import Table
 
 __all__ = [
     "BASELINE",
     "STANDARD_POLICIES",
+    "Comparison",
     "PolicyRow",
     "compare_policies",
     "policy_table",
@@ -58,6 +61,52 @@ class PolicyRow:
     flops: int
     reported_flops: int
     flops_ratio: float
+
+
+class Comparison(list[PolicyRow]):
+    """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
+
+    In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
+    FLOPs ratio to the baseline); ``str()`` gives :func:`policy_table`'s plain text, and
+    :meth:`to_pandas` the exact values.
+    """
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The rows as a DataFrame with exact byte and FLOP counts, one row per policy.
+
+        Returns:
+            A DataFrame with the columns ``policy``, ``residual_bytes``, ``temp_bytes``,
+            ``flops``, ``reported_flops`` and ``flops_ratio``.
+
+        Examples:
+            >>> from remat_guide import PolicyRow
+            >>> from remat_guide.compare import Comparison
+            >>> rows = Comparison([PolicyRow("no checkpoint", None, 8, 16, 10**9, 10**9, 1.0)])
+            >>> rows.to_pandas().to_dict("records")
+            [{'policy': 'no checkpoint', 'residual_bytes': 8, 'temp_bytes': 16, 'flops': 1000000000, 'reported_flops': 1000000000, 'flops_ratio': 1.0}]
+        """
+        return pd.DataFrame(
+            [(row.name, row.residual_bytes, row.temp_bytes, row.flops, row.reported_flops,
+              row.flops_ratio) for row in self],
+            columns=["policy", "residual_bytes", "temp_bytes", "flops", "reported_flops",
+                     "flops_ratio"])
+
+    def table(self) -> Table:
+        """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units."""
+        frame = self.to_pandas().rename(columns={
+            "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
+            "reported_flops": "XLA-reported FLOPs", "flops_ratio": f"FLOPs vs {BASELINE}"})
+        return Table(frame, units={"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops",
+                                   "XLA-reported FLOPs": "flops", f"FLOPs vs {BASELINE}": "ratio"})
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __str__(self) -> str:
+        return policy_table(self)
+
+    def __repr__(self) -> str:
+        return policy_table(self)
 
 
 def _standard(name: str) -> Any:
@@ -156,7 +205,7 @@ def compare_policies(
     *args: Any,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
     argnums: int | tuple[int, ...] = 0,
-) -> list[PolicyRow]:
+) -> Comparison:
     """Measures what each checkpoint policy costs on a model, by compiling its gradient.
 
     For every policy, ``loss_for(policy)`` builds the loss, and ``jax.jit(jax.grad(loss))``
@@ -177,7 +226,8 @@ def compare_policies(
         argnums: The arguments to differentiate, as for ``jax.grad``.
 
     Returns:
-        One row per policy, the baseline first, then the policies in the order given.
+        One row per policy, the baseline first, then the policies in the order given, as a
+        :class:`Comparison` (a list that renders as a table in a notebook).
 
     Raises:
         TypeError: If ``loss_for`` is not callable or does not return a function, or
@@ -210,11 +260,11 @@ def compare_policies(
     for label, policy in chosen.items():
         measured.append((label, policy, _measure(_call(loss_for, policy), args, argnums)))
     base_flops = measured[0][2][2]
-    return [
+    return Comparison(
         PolicyRow(label, policy, residual, temp, flops, reported,
                   flops / base_flops if base_flops else float("nan"))
         for label, policy, (residual, temp, flops, reported) in measured
-    ]
+    )
 
 
 def recommend_policy(

@@ -19,7 +19,23 @@ __all__ = ["FwdBwd", "Line", "fwd_bwd"]
 SAVED = "saved"
 RECOMPUTED = "recomputed"
 _GUTTER = {SAVED: "S ", RECOMPUTED: "R ", "": "  "}
-_COLOURS = {SAVED: "#d7ecff", RECOMPUTED: "#ffe1c2"}
+# The HTML view takes its colours from the page's theme (sphinx-book-theme's light and
+# dark variables), with fallbacks for a notebook without them. Lines wrap rather than
+# scroll, and the two halves stack when the view is narrower than about 44em.
+_CSS = (
+    ".remat-fwd-bwd .remat-fb-columns{display:grid;gap:0.75em;"
+    "grid-template-columns:repeat(auto-fit,minmax(22em,1fr))}"
+    ".remat-fwd-bwd .remat-fb-columns>div{min-width:0}"
+    ".remat-fwd-bwd .remat-fb-code{font-family:var(--pst-font-family-monospace,monospace);"
+    "font-size:85%;line-height:1.45}"
+    ".remat-fwd-bwd .remat-fb-code>div{white-space:pre-wrap;overflow-wrap:anywhere;"
+    "padding-left:var(--indent,6ch);text-indent:calc(-1*var(--indent,6ch))}"
+    ".remat-fwd-bwd .remat-fb-title{font-weight:bold}"
+    ".remat-fwd-bwd .remat-saved{background:var(--pst-color-info-bg,#dbeafe);"
+    "color:var(--pst-color-text-base,#111827)}"
+    ".remat-fwd-bwd .remat-recomputed{background:var(--pst-color-warning-bg,#ffedd5);"
+    "color:var(--pst-color-text-base,#111827)}"
+)
 _RICH_STYLES = {SAVED: "bold blue", RECOMPUTED: "bold dark_orange"}
 _LEGEND = "S = kept for the backward pass (a residual)    R = recomputed by the backward pass"
 _PLAIN_PARAM_TYPES = (bool, int, float, str, type(None), np.dtype)
@@ -94,30 +110,25 @@ class FwdBwd:
         return str(self)
 
     def _repr_html_(self) -> str:
-        def column(lines: Sequence[Line]) -> str:
+        def column(title: str, lines: Sequence[Line]) -> str:
             out = []
             for line in lines:
-                text = html.escape("  " * line.depth + line.text)
+                text = html.escape(_GUTTER[line.mark] + "  " * line.depth + line.text)
+                # A wrapped line continues 4 characters to the right of where its text starts.
+                indent = f'style="--indent:{len(_GUTTER[line.mark]) + 2 * line.depth + 4}ch"'
                 if line.mark:
-                    text = (f'<span style="background:{_COLOURS[line.mark]}" '
-                            f'title="{line.mark}">{_GUTTER[line.mark]}{text}</span>')
+                    out.append(f'<div class="remat-{line.mark}" title="{line.mark}" {indent}>{text}</div>')
                 else:
-                    text = "  " + text
-                out.append(text)
-            return ('<pre style="margin:0;white-space:pre;overflow-x:auto;font-size:85%">'
-                    + "\n".join(out) + "</pre>")
+                    out.append(f"<div {indent}>{text}</div>")
+            return (f'<div><div class="remat-fb-title">{title}</div>'
+                    f'<div class="remat-fb-code">{"".join(out)}</div></div>')
 
-        legend = " ".join(
-            f'<span style="background:{_COLOURS[m]}">{_GUTTER[m].strip()}: {m}</span>'
-            for m in (SAVED, RECOMPUTED))
-        cell = 'style="width:50%;vertical-align:top;text-align:left;padding:0 0.5em"'
-        return (
-            '<div class="remat-fwd-bwd">'
-            f'<p>{legend}</p><table style="table-layout:fixed;width:100%"><thead><tr>'
-            f"<th {cell}>forward computation</th><th {cell}>backward computation</th>"
-            f"</tr></thead><tbody><tr><td {cell}>{column(self.forward)}</td>"
-            f"<td {cell}>{column(self.backward)}</td></tr></tbody></table></div>"
-        )
+        legend = " ".join(f'<span class="remat-{m}">{_GUTTER[m].strip()} = {m}</span>'
+                          for m in (SAVED, RECOMPUTED))
+        return (f"<style>{_CSS}</style>"
+                f'<div class="remat-fwd-bwd"><p class="remat-fb-legend">{legend}</p>'
+                f'<div class="remat-fb-columns">{column("forward computation", self.forward)}'
+                f'{column("backward computation", self.backward)}</div></div>')
 
     def __rich__(self) -> Any:
         """A ``rich`` table of the two columns, for ``rich.print`` in a terminal."""

@@ -6,13 +6,15 @@ from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import pandas as pd
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from remat_guide.residuals import Residual, Residuals, saved_residuals
+from remat_guide.tables import Table
 
 __all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
-           "keeps", "matrix_markdown", "policy_label"]
+           "keeps", "matrix_markdown", "matrix_table", "policy_label"]
 
 BATCH, SEQ, WIDTH = 2, 4, 8
 
@@ -262,3 +264,59 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
             raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
         lines.append(f"| {label} | " + " | ".join(row[c] for c in COLUMNS) + " |")
     return "\n".join(lines)
+
+
+# What a cell of the matrix table says, given what keeps() found for the policy and for the
+# model without jax.checkpoint. A value that the plain backward pass does not keep is one it
+# never reads; one that it keeps but the policy does not is recomputed.
+KEPT, RECOMPUTED, NEVER_READ = "kept", "recomputed", "never read"
+_SHOWN = {SAVED: KEPT, OFFLOADED: OFFLOADED, f"{SAVED} + {OFFLOADED}": f"{KEPT} + {OFFLOADED}"}
+
+
+def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, str]) -> Table:
+    """The policy matrix as a colour-coded table: one row per policy, one column per kind of value.
+
+    Args:
+        rows: For each row label, a mapping from every column of :data:`COLUMNS` to its
+            cell, as returned by :func:`keeps`. Labels may hold HTML (links).
+        baseline: The row of the model without ``jax.checkpoint``
+            (``keeps(None, checkpointed=False)[1]``), which tells a value the backward
+            pass needs from one it never reads.
+
+    Returns:
+        A :class:`~remat_guide.tables.Table` whose cells say ``"kept"``, ``"offloaded"``,
+        ``"kept + offloaded"``, ``"recomputed"`` (the policy does not keep a value the
+        backward pass needs) or ``"never read"``, each with a CSS class
+        ``remat-<state>`` that the site's stylesheet colours.
+
+    Raises:
+        ValueError: If a row or the baseline lacks one of :data:`COLUMNS`.
+
+    Examples:
+        >>> from remat_guide.policy_matrix import COLUMNS, matrix_table
+        >>> baseline = dict.fromkeys(COLUMNS, "not kept") | {"matmul": "saved"}
+        >>> row = dict.fromkeys(COLUMNS, "not kept") | {"inputs": "saved"}
+        >>> frame = matrix_table({"p": row}, baseline).frame
+        >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
+        ('kept', 'recomputed', 'never read')
+    """
+    for label, row in [("baseline", baseline), *rows.items()]:
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+
+    def shown(column: str, cell: str) -> str:
+        if cell != NOT_KEPT:
+            return _SHOWN.get(cell, cell)
+        return NEVER_READ if baseline[column] == NOT_KEPT else RECOMPUTED
+
+    cells = [[shown(column, row[column]) for column in COLUMNS] for row in rows.values()]
+    frame = pd.DataFrame([[label, *line] for label, line in zip(rows, cells)],
+                         columns=["policy", *COLUMNS])
+    classes = pd.DataFrame([["", *(f"remat-{c.split(' + ')[-1].replace(' ', '-')}" for c in line)]
+                            for line in cells], columns=frame.columns)
+    legend = {"remat-kept": "kept for the backward pass", "remat-offloaded": "offloaded to the host",
+              "remat-recomputed": "recomputed by the backward pass",
+              "remat-never-read": "never read by the backward pass"}
+    return Table(frame, cell_classes=classes, legend=legend, html_columns=["policy"],
+                 table_class="remat-matrix")

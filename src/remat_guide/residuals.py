@@ -13,6 +13,9 @@ import jax
 import jax.extend.core
 import jax.extend.source_info_util
 import numpy as np
+import pandas as pd
+
+from remat_guide.tables import Table
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
@@ -116,6 +119,31 @@ class Residuals(Sequence[Residual]):
 
         rule = "  ".join("-" * w for w in widths)
         return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The residuals as a DataFrame: one row each, with exact byte counts.
+
+        Returns:
+            A DataFrame with the columns ``type`` (as in :attr:`Residual.type_str`),
+            ``bytes``, ``kind``, ``name``, ``location`` and ``memory``.
+
+        Examples:
+            >>> import jax.numpy as jnp
+            >>> from remat_guide import saved_residuals
+            >>> frame = saved_residuals(lambda x: jnp.sum(jnp.sin(x)), jnp.ones(3)).to_pandas()
+            >>> frame[["type", "bytes", "kind", "name"]].to_dict("records")
+            [{'type': 'f32[3]', 'bytes': 12, 'kind': 'primitive', 'name': 'cos'}]
+        """
+        return pd.DataFrame(
+            [(r.type_str, r.nbytes, r.kind, r.name, r.location, r.memory) for r in self._items],
+            columns=["type", "bytes", "kind", "name", "location", "memory"])
+
+    def _repr_html_(self) -> str:
+        count = len(self._items)
+        frame = pd.DataFrame([(r.type_str, r.nbytes, r.kind, r.source) for r in self._items],
+                             columns=["type", "bytes", "kind", "source"])
+        caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
+        return Table(frame, units={"bytes": "count"}, caption=caption)._repr_html_()
 
     def __str__(self) -> str:
         return self.table()
