@@ -190,7 +190,8 @@ def compare_policies(
         policies: ``None`` for the default set: the standard policies in
             ``STANDARD_POLICIES``, ``save_only_these_names`` for each ``checkpoint_name``
             tag in the model, and for all of them together. Otherwise a sequence of
-            names from ``jax.checkpoint_policies`` or a mapping from labels to policies.
+            names from ``jax.checkpoint_policies`` (any iterable: a list, a generator) or a
+            mapping from labels to policies.
         argnums: The arguments to differentiate, as for ``jax.grad``.
 
     Returns:

@@ -71,7 +71,7 @@ class FwdBwd:
         backward: The lines of the backward computation.
 
     Raises:
-        TypeError: If ``forward`` or ``backward`` is not an iterable of :class:`Line`.
+        TypeError: If ``forward`` or ``backward`` is not an iterable of :class:`~remat_guide.fwd_bwd.Line`.
     """
 
     def __init__(self, forward: Iterable[Line], backward: Iterable[Line]) -> None:
