@@ -156,6 +156,8 @@ CASES = {
             tagged_loss_for, X, policies={"mine": not_a_policy}), TypeError, "policies['mine']"),
         ("policy answering an int", lambda: compare_policies(
             tagged_loss_for, X, policies={"mine": answers_an_int}), TypeError, "policies['mine']"),
+        ("a policy factory, not called", lambda: compare_policies(
+            tagged_loss_for, X, policies={"names": P.save_only_these_names}), TypeError, "policies['names']"),
         ("loss_for ignores its policy", lambda: compare_policies(
             lambda p: tagged_loss_for(None if p is None else P.nothing_saveable), X,
             policies=["dots_saveable"]), ValueError, "loss_for"),
@@ -332,6 +334,8 @@ CASES = {
         ("policy not callable", lambda: policy_matrix.keeps(3), TypeError, "policy"),
         ("policy with a wrong signature", lambda: policy_matrix.keeps(not_a_policy), TypeError, "policy"),
         ("policy answering an int", lambda: policy_matrix.keeps(answers_an_int), TypeError, "policy"),
+        ("a policy factory, not called", lambda: policy_matrix.keeps(P.save_only_these_names),
+         TypeError, "policy"),
         ("checkpointed a str", lambda: policy_matrix.keeps(None, checkpointed="no"), TypeError, "checkpointed"),
         ("policy without checkpoint", lambda: policy_matrix.keeps(P.dots_saveable, checkpointed=False),
          ValueError, "policy"),
@@ -386,6 +390,15 @@ def test_a_name_some_policy_uses_and_one_it_does_not_warns():
     with pytest.warns(UserWarning, match=r"policies\['both'\].*'hiden'.*the names it tags: 'hidden'"):
         with pytest.raises(TypeError, match=r"policies\['bad'\]"):
             compare_policies(tagged_loss_for, X, policies=policies)
+
+
+def test_an_error_inside_a_policy_keeps_its_type_and_names_the_policy():
+    def buggy(prim, *avals, **params):
+        return params["no such parameter"]
+
+    with pytest.raises(KeyError) as info:
+        compare_policies(tagged_loss_for, X, policies={"buggy": buggy})
+    assert any("policies['buggy']" in note for note in info.value.__notes__)
 
 
 def test_the_wrong_name_error_lists_the_names_the_function_tags():

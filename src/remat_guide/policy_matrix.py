@@ -235,10 +235,12 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
     checkpointed = validation.boolean(checkpointed, "checkpointed")
     if not checkpointed and policy is not None:
         raise ValueError("policy must be None when checkpointed=False")
-    if policy is not None and getattr(policy, "__module__", None) != _JAX_POLICIES_MODULE:
-        # JAX treats some of its own policies by identity: only the user's are wrapped.
+    if policy is not None:
         name = f"policy {policy_label(policy)}"
-        policy = validation.PolicyProbe(validation.policy(policy, name), name)
+        validation.policy(policy, name)
+        if getattr(policy, "__module__", None) != _JAX_POLICIES_MODULE:
+            # JAX treats some of its own policies by identity: only the user's are wrapped.
+            policy = validation.PolicyProbe(policy, name)
     fn = jax.checkpoint(example_model, policy=policy) if checkpointed else example_model
     residuals = saved_residuals(fn, *example_inputs())
     places: dict[str, set[str]] = {column: set() for column in COLUMNS}

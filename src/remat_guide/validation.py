@@ -261,6 +261,9 @@ class PolicyProbe:
         except TypeError as error:
             raise TypeError(f"{self.name} failed when JAX called it as policy({prim}, *avals, "
                             f"**params): {error}") from error
+        except Exception as error:  # the policy's own bug: keep its type, say whose it is
+            error.add_note(f"raised by {self.name} when JAX called it for {prim}")
+            raise
         if not isinstance(answer, _ANSWERS):
             raise TypeError(
                 f"{self.name} must answer True or False (or jax.ad_checkpoint.Saveable, "
