@@ -104,6 +104,10 @@ CASES = {
         ("non-array keyword", lambda: saved_residuals(lambda x, scale: total(x) * scale, X, scale="2"),
          TypeError, "scale"),
         ("no arguments", lambda: saved_residuals(lambda: jnp.float32(1)), TypeError, "arguments"),
+        ("checkpoint policy with a wrong signature", lambda: saved_residuals(
+            jax.checkpoint(total, policy=not_a_policy), X), TypeError, "not_a_policy"),
+        ("checkpoint policy answering an int", lambda: saved_residuals(
+            jax.checkpoint(total, policy=answers_an_int), X), TypeError, "answers_an_int"),
     ],
     "fwd_bwd": [
         ("f not callable", lambda: fwd_bwd(None, X), TypeError, "f"),
@@ -113,6 +117,8 @@ CASES = {
         ("object argument", lambda: fwd_bwd(total, object()), TypeError, "x"),
         ("negative dimension", lambda: fwd_bwd(total, sds(3, -2)), ValueError, "x"),
         ("non-array keyword", lambda: fwd_bwd(lambda x, k: x * k, X, k=[1.0, "a"]), TypeError, "k"),
+        ("checkpoint policy answering an int", lambda: fwd_bwd(
+            jax.checkpoint(jnp.sin, policy=answers_an_int), X), TypeError, "answers_an_int"),
     ],
     "compare_policies": [
         ("loss_for not callable", lambda: compare_policies("mlp", X), TypeError, "loss_for"),

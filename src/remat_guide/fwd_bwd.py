@@ -345,7 +345,9 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
     Raises:
         TypeError: If ``f`` is not callable, an argument is not an array, a number or
             a ``jax.ShapeDtypeStruct``, no argument is floating-point, or an output of
-            ``f`` is not floating-point.
+            ``f`` is not floating-point; or the policy of a ``jax.checkpoint`` in
+            ``f`` has the wrong signature or answers other than True/False (the message
+            names the policy).
         ValueError: If an argument has a negative dimension or a size no machine
             holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
 

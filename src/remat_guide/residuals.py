@@ -213,10 +213,32 @@ def _trace_vjp(f: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
         call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
         return f(*call_args, **call_kwargs)
 
-    closed, (out_shape, vjp_shape) = jax.make_jaxpr(
-        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
-    )(*leaves)
+    try:
+        closed, (out_shape, vjp_shape) = jax.make_jaxpr(
+            lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
+        )(*leaves)
+    except TypeError as error:
+        _explain_policy_error(flat_f, leaves, error)
+        raise
     return closed.jaxpr, out_shape, vjp_shape
+
+
+def _explain_policy_error(flat_f: Callable, leaves: list, error: TypeError) -> None:
+    """Names the policy of ``f``'s ``jax.checkpoint`` that a TypeError came from, if one did."""
+    from remat_guide.policy_matrix import policy_label  # policy_matrix imports this module
+
+    try:
+        forward = jax.make_jaxpr(flat_f)(*leaves).jaxpr
+    except Exception:  # the error is not the policy's: the original one is raised
+        return
+    policies = [e.params["policy"] for e in validation.walk(forward)
+                if e.primitive.name in validation.CHECKPOINT_PRIMITIVES and e.params.get("policy")]
+    for policy in policies:
+        validation.policy(policy, f"the policy {policy_label(policy)} of a jax.checkpoint in f")
+    if policies and "remat policy" in str(error):
+        labels = ", ".join(dict.fromkeys(policy_label(p) for p in policies))
+        raise TypeError(f"a jax.checkpoint policy in f ({labels}) answered other than True/False "
+                        f"(or Saveable, Recompute, Offloadable(...)): {error}") from error
 
 
 def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
@@ -241,7 +263,9 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
     Raises:
         TypeError: If ``f`` is not callable, an argument is not an array, a number or
             a ``jax.ShapeDtypeStruct``, no argument is floating-point (there is nothing
-            to differentiate), or an output of ``f`` is not floating-point.
+            to differentiate), an output of ``f`` is not floating-point, or the policy
+            of a ``jax.checkpoint`` in ``f`` has the wrong signature or answers other
+            than True/False (the message names the policy).
         ValueError: If an argument has a negative dimension or a size no machine
             holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
 

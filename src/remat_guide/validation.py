@@ -15,6 +15,7 @@ import jax.extend.core
 import numpy as np
 
 __all__ = [
+    "CHECKPOINT_PRIMITIVES",
     "MAX_BYTES",
     "MAX_FLOPS",
     "PolicyProbe",
@@ -34,6 +35,7 @@ __all__ = [
     "require_floating",
     "string",
     "tagged_names",
+    "walk",
 ]
 
 MAX_BYTES = 2**62
@@ -46,7 +48,7 @@ makes XLA fail (or abort the process) instead of reporting a size.
 MAX_FLOPS = 2**62
 """The most FLOPs a program may need: XLA's cost analysis counts them in 64-bit integers."""
 
-_CHECKPOINT_PRIMITIVES = ("remat2", "checkpoint", "remat")
+CHECKPOINT_PRIMITIVES = ("remat2", "checkpoint", "remat")
 _ANSWERS = (bool, type(jax.ad_checkpoint.Saveable), type(jax.ad_checkpoint.Recompute),
             jax.ad_checkpoint.Offloadable)
 
@@ -276,22 +278,23 @@ def _sub_jaxprs(eqn: Any) -> list[Any]:
     return list(jax.extend.core.jaxprs_in_params(eqn.params))
 
 
-def _walk(jaxpr: Any) -> Iterable[Any]:
+def walk(jaxpr: Any) -> Iterable[Any]:
+    """Every equation of a jaxpr and of the jaxprs nested in it, depth first."""
     for eqn in jaxpr.eqns:
         yield eqn
         for sub in _sub_jaxprs(eqn):
-            yield from _walk(sub)
+            yield from walk(sub)
 
 
 def contains_checkpoint(jaxpr: Any) -> bool:
     """Whether a jaxpr (or one nested in it) applies ``jax.checkpoint``."""
-    return any(eqn.primitive.name in _CHECKPOINT_PRIMITIVES for eqn in _walk(jaxpr))
+    return any(eqn.primitive.name in CHECKPOINT_PRIMITIVES for eqn in walk(jaxpr))
 
 
 def tagged_names(jaxpr: Any) -> list[str]:
     """The ``checkpoint_name`` tags in a jaxpr, in order of first appearance."""
     names: list[str] = []
-    for eqn in _walk(jaxpr):
+    for eqn in walk(jaxpr):
         hi_prim = eqn.params.get("_prim")
         if eqn.primitive.name == "name":
             name = eqn.params["name"]
