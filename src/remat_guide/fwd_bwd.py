@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core as jcore
 import numpy as np
 
+from remat_guide import validation
 from remat_guide.jax_internals import scan_operands
-from remat_guide.residuals import _argument_names, _trace_vjp
+from remat_guide.residuals import _check_arguments, _trace_vjp
 
 __all__ = ["FwdBwd", "Line", "fwd_bwd"]
 
@@ -54,12 +55,23 @@ class Line:
         mark: ``"saved"`` for a forward equation whose output is a residual,
             ``"recomputed"`` for a backward equation that recomputes a forward value,
             else empty.
+
+    Raises:
+        TypeError: If a field has the wrong type.
+        ValueError: If ``depth`` is negative or ``mark`` is unknown.
     """
 
     text: str
     depth: int = 0
     primitive: str = ""
     mark: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("text", "primitive", "mark"):
+            validation.string(getattr(self, field), f"Line.{field}")
+        object.__setattr__(self, "depth", validation.integer(self.depth, "Line.depth", minimum=0))
+        if self.mark not in _GUTTER:
+            raise ValueError(f"Line.mark must be one of {tuple(_GUTTER)}, got {self.mark!r}")
 
 
 class FwdBwd:
@@ -73,11 +85,18 @@ class FwdBwd:
     Attributes:
         forward: The lines of the forward computation.
         backward: The lines of the backward computation.
+
+    Raises:
+        TypeError: If ``forward`` or ``backward`` is not an iterable of :class:`~remat_guide.fwd_bwd.Line`.
     """
 
-    def __init__(self, forward: Sequence[Line], backward: Sequence[Line]) -> None:
-        self.forward = tuple(forward)
-        self.backward = tuple(backward)
+    def __init__(self, forward: Iterable[Line], backward: Iterable[Line]) -> None:
+        self.forward = tuple(validation.iterable(forward, "forward", what="Line values"))
+        self.backward = tuple(validation.iterable(backward, "backward", what="Line values"))
+        for name, lines in (("forward", self.forward), ("backward", self.backward)):
+            for line in lines:
+                if not isinstance(line, Line):
+                    raise TypeError(f"{name} must hold Line values, got {type(line).__name__}")
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -305,18 +324,7 @@ def _render(jaxpr: jcore.Jaxpr, names: _Names, marks: dict[int, str], depth: int
 # --- the public function ----------------------------------------------------------------
 
 
-def _check_leaves(f: Callable, args: tuple, kwargs: dict) -> None:
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    for leaf, name in zip(leaves, _argument_names(f, args, kwargs)):
-        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct,
-                                 bool, int, float, complex)):
-            raise TypeError(
-                f"argument {name} must be an array, a number or a jax.ShapeDtypeStruct, "
-                f"got {type(leaf).__name__}"
-            )
-
-
-def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
+def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
     """Shows the forward and backward computations of ``jax.vjp(f, ...)`` side by side.
 
     The forward computation is the jaxpr of ``jax.vjp(f, *args, **kwargs)``: it returns
@@ -335,18 +343,24 @@ def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
     ``jax.ShapeDtypeStruct`` values.
 
     Args:
-        f: The function to differentiate. Its arguments and output may be pytrees of
+        f: The function to differentiate (positional only, so ``f`` may itself take a
+            keyword argument named ``f``). Its arguments and output may be pytrees of
             floating-point arrays.
         *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
-            ``jax.ShapeDtypeStruct`` values.
+            ``jax.ShapeDtypeStruct`` values. At least one must be floating-point.
         **kwargs: Keyword arguments for ``f``, traced like the positional ones.
 
     Returns:
         A :class:`FwdBwd`: ``print`` it for plain text; in a notebook it shows as HTML.
 
     Raises:
-        TypeError: If ``f`` is not callable, or an argument is not an array, a number
-            or a ``jax.ShapeDtypeStruct``.
+        TypeError: If ``f`` is not callable, an argument is not an array, a number or
+            a ``jax.ShapeDtypeStruct``, no argument is floating-point, or an output of
+            ``f`` is not floating-point; or the policy of a ``jax.checkpoint`` in
+            ``f`` has the wrong signature or answers other than True/False (the message
+            names the policy).
+        ValueError: If an argument has a negative dimension or a size no machine
+            holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
 
     Examples:
         >>> import jax
@@ -372,10 +386,10 @@ def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
         >>> view.saved, view.recomputed
         ((), ('sin', 'cos', 'cos'))
     """
-    if not callable(f):
-        raise TypeError(f"f must be callable, got {type(f).__name__}")
-    _check_leaves(f, args, kwargs)
+    validation.callable_arg(f, "f")
+    _check_arguments(f, args, kwargs)
     fwd, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
+    validation.check_outputs(out_shape, "f")
     res_specs, vjp_tree = jax.tree_util.tree_flatten(vjp_shape)
     ct_specs, ct_tree = jax.tree_util.tree_flatten(out_shape)
 

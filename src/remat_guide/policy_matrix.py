@@ -10,6 +10,7 @@ import pandas as pd
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
+from remat_guide import validation
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 from remat_guide.tables import Table
 
@@ -23,6 +24,7 @@ COLUMNS = ("inputs", "matmul", "batched matmul", "convolution", "named 'proj'", 
 """The kinds of values in :func:`example_model`, in the order the matrix shows them."""
 
 SAVED, OFFLOADED, NOT_KEPT = "saved", "offloaded", "not kept"
+_JAX_POLICIES_MODULE = jax.checkpoint_policies.nothing_saveable.__module__
 
 
 def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
@@ -40,11 +42,23 @@ def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
     Returns:
         A scalar.
 
+    Raises:
+        TypeError: If an argument is not a floating-point array.
+        ValueError: If an argument does not have the shape above.
+
     Examples:
         >>> from remat_guide.policy_matrix import example_inputs, example_model
         >>> example_model(*example_inputs()).shape
         ()
     """
+    for name, value, shape in (("w", w, (WIDTH, WIDTH)), ("kernel", kernel, (1, 1, 3, 3)),
+                               ("x", x, (BATCH * SEQ, WIDTH))):
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            raise TypeError(f"{name} must have a floating dtype, got {value.dtype}")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
     proj = checkpoint_name(x @ w, "proj")
     act = checkpoint_name(jnp.tanh(proj), "act")
     seq = act.reshape(BATCH, SEQ, WIDTH)
@@ -206,7 +220,9 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
         recomputes such values if it needs them).
 
     Raises:
-        TypeError: If ``policy`` is neither callable nor ``None``.
+        TypeError: If ``policy`` is neither ``None`` nor callable as
+            ``policy(prim, *avals, **params)``, answers other than True/False (or
+            ``Saveable``, ``Recompute``, ``Offloadable``), or ``checkpointed`` is not a bool.
         ValueError: If a policy is given with ``checkpointed=False``.
 
     Examples:
@@ -218,8 +234,15 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
     """
     if policy is not None and not callable(policy):
         raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+    checkpointed = validation.boolean(checkpointed, "checkpointed")
     if not checkpointed and policy is not None:
         raise ValueError("policy must be None when checkpointed=False")
+    if policy is not None:
+        name = f"policy {policy_label(policy)}"
+        validation.policy(policy, name)
+        if getattr(policy, "__module__", None) != _JAX_POLICIES_MODULE:
+            # JAX treats some of its own policies by identity: only the user's are wrapped.
+            policy = validation.PolicyProbe(policy, name)
     fn = jax.checkpoint(example_model, policy=policy) if checkpointed else example_model
     residuals = saved_residuals(fn, *example_inputs())
     places: dict[str, set[str]] = {column: set() for column in COLUMNS}
@@ -249,7 +272,9 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
         The table as Markdown text.
 
     Raises:
-        ValueError: If a row lacks one of :data:`COLUMNS`.
+        TypeError: If ``rows`` is not a mapping of mappings, or a label or cell is not a str.
+        ValueError: If a row lacks one of :data:`COLUMNS` or has another column, or a
+            label or cell holds ``|`` or a line break (which would break the table).
 
     Examples:
         >>> from remat_guide.policy_matrix import COLUMNS, matrix_markdown
@@ -258,10 +283,24 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
     """
     lines = ["| policy | " + " | ".join(COLUMNS) + " |",
              "|" + "---|" * (len(COLUMNS) + 1)]
+    if not isinstance(rows, Mapping):
+        raise TypeError(f"rows must be a mapping from labels to rows, got {type(rows).__name__}")
     for label, row in rows.items():
+        validation.string(label, "rows: each label")
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows[{label!r}] must be a mapping from columns to cells, "
+                            f"got {type(row).__name__}")
         missing = [c for c in COLUMNS if c not in row]
         if missing:
             raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+        extra = [c for c in row if c not in COLUMNS]
+        if extra:
+            raise ValueError(f"rows[{label!r}] has columns the table does not show: {extra}")
+        for text, what in [(label, "rows: the label"),
+                           *((row[c], f"rows[{label!r}][{c!r}]") for c in COLUMNS)]:
+            validation.string(text, what)
+            if "|" in text or "\n" in text:
+                raise ValueError(f"{what} must not hold '|' or a line break, got {text!r}")
         lines.append(f"| {label} | " + " | ".join(row[c] for c in COLUMNS) + " |")
     return "\n".join(lines)
 
