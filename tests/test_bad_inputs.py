@@ -11,6 +11,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
@@ -32,7 +33,8 @@ from remat_guide import (
     saved_residuals,
     undocumented,
 )
-from remat_guide import models, policy_matrix
+from remat_guide import Comparison, models, policy_matrix, tables
+from remat_guide.tables import Table
 from remat_guide.fwd_bwd import Line
 from remat_guide.validation import MAX_BYTES
 
@@ -41,6 +43,8 @@ F32 = jnp.float32
 X = jnp.ones(4)
 W = jnp.ones((2, 2))
 EX = models.exercise_args(3, 2)  # (2, 2), (2, 2), (3, 2) abstract float32
+FRAME = pd.DataFrame({"a": [1]})
+MATRIX_ROW = dict.fromkeys(policy_matrix.COLUMNS, "saved")
 
 
 def sds(*shape, dtype=F32):
@@ -186,6 +190,29 @@ CASES = {
          TypeError, "argnums"),
         ("policies an int", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, policies=3),
          TypeError, "policies"),
+    ],
+    "Comparison": [
+        ("rows an int", lambda: Comparison(3), TypeError, "rows"),
+        ("a row not a PolicyRow", lambda: Comparison([row(), ("x", 1)]), TypeError, "rows"),
+    ],
+    "tables.Table": [
+        ("frame a dict", lambda: Table({"a": [1]}), TypeError, "frame"),
+        ("units names a missing column", lambda: Table(FRAME, units={"b": "bytes"}), ValueError, "units"),
+        ("unknown unit kind", lambda: Table(FRAME, units={"a": "seconds"}), ValueError, "units"),
+        ("cell_classes a list", lambda: Table(FRAME, cell_classes=[["x"]]), TypeError, "cell_classes"),
+        ("cell_classes of another shape",
+         lambda: Table(FRAME, cell_classes=pd.DataFrame({"a": ["x", "y"]})), ValueError, "cell_classes"),
+        ("html_columns names a missing column", lambda: Table(FRAME, html_columns=["b"]), ValueError,
+         "html_columns"),
+    ],
+    "tables.unit_for": [
+        ("unknown kind", lambda: tables.unit_for([1], "seconds"), ValueError, "kind"),
+    ],
+    "matrix_table": [
+        ("a row lacks a column",
+         lambda: policy_matrix.matrix_table({"p": {"inputs": "saved"}}, MATRIX_ROW), ValueError, "rows"),
+        ("baseline lacks a column",
+         lambda: policy_matrix.matrix_table({"p": MATRIX_ROW}, {"inputs": "saved"}), ValueError, "baseline"),
     ],
     "policy_table": [
         ("rows an int", lambda: policy_table(3), TypeError, "rows"),

@@ -87,7 +87,20 @@ class Comparison(list[PolicyRow]):
     In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
     FLOPs ratio to the baseline); ``str()`` gives :func:`policy_table`'s plain text, and
     :meth:`to_pandas` the exact values.
+
+    Args:
+        rows: The rows, in order (any iterable).
+
+    Raises:
+        TypeError: If ``rows`` is not an iterable of :class:`PolicyRow`.
     """
+
+    def __init__(self, rows: Iterable[PolicyRow] = ()) -> None:
+        rows = validation.iterable(rows, "rows", what="PolicyRow values")
+        for item in rows:
+            if not isinstance(item, PolicyRow):
+                raise TypeError(f"rows must hold PolicyRow values, got {type(item).__name__}")
+        super().__init__(rows)
 
     def to_pandas(self) -> pd.DataFrame:
         """The rows as a DataFrame with exact byte and FLOP counts, one row per policy.

@@ -339,10 +339,11 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
         ('kept', 'recomputed', 'never read')
     """
-    for label, row in [("baseline", baseline), *rows.items()]:
+    checked = [("baseline", baseline), *((f"rows[{label!r}]", row) for label, row in rows.items())]
+    for where, row in checked:
         missing = [c for c in COLUMNS if c not in row]
         if missing:
-            raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+            raise ValueError(f"{where} lacks the columns {missing}")
 
     def shown(column: str, cell: str) -> str:
         if cell != NOT_KEPT:
