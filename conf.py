@@ -58,6 +58,7 @@ html_theme_options = {
     ),
     "use_download_button": True,
     "show_toc_level": 2,
+    "show_navbar_depth": 2,  # the reference's pages listed under their caption, not folded away
 }
 html_show_sourcelink = True
 html_static_path = ["docs/_static"]

@@ -186,25 +186,62 @@ _OVERFLOWING = """() => {
 }"""
 
 
-def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(view, site_dir):
-    overflowing = {}
-    for name in _content_pages(site_dir):
-        page = view(name, DESKTOP, "light")
-        if found := page.evaluate(_OVERFLOWING):
-            overflowing[name] = found
-        page.context.close()
-    assert overflowing == {}
+@pytest.fixture(scope="module")
+def tour(browser, base_url, site_dir):
+    """Every content page in the four views (two widths, two themes), each visited once.
+
+    For each view it records the theme the page shows, the output blocks and tables that
+    need more width than they have, the page's own scroll width and client width and the
+    notebook links of the download menu, and saves a screenshot of the whole page as
+    ``_build/screenshots/<page>-<width>-<theme>.jpg``.
+    """
+    shots = site_dir.parent / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir()
+    seen = {}
+    for theme in ("light", "dark"):
+        for width in (DESKTOP, PHONE):
+            context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
+            page = context.new_page()
+            problems = []
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+            for name in _content_pages(site_dir):
+                page.goto(base_url + name, wait_until="load")
+                seen[name, width, theme] = {
+                    "theme": page.evaluate("document.documentElement.dataset.theme"),
+                    "overflowing": page.evaluate(_OVERFLOWING),
+                    "widths": page.evaluate("[document.documentElement.scrollWidth, "
+                                            "document.documentElement.clientWidth]"),
+                    "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
+                                     .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
+                }
+                stem = name.removesuffix(".html").replace("/", "_")
+                page.screenshot(path=str(shots / f"{stem}-{width}-{theme}.jpg"), full_page=True,
+                                type="jpeg", quality=85)
+            seen["problems", width, theme] = problems
+            context.close()
+    return seen
 
 
-def test_no_page_scrolls_sideways_at_phone_width(view, site_dir):
-    wider = {}
-    for name in _content_pages(site_dir):
-        page = view(name, PHONE, "light")
-        width = page.evaluate("document.documentElement.scrollWidth")
-        if width > page.evaluate("document.documentElement.clientWidth"):
-            wider[name] = width
-        page.context.close()
-    assert wider == {}
+def test_every_view_loads_cleanly_in_its_theme(tour, site_dir):
+    for (name, width, theme), found in tour.items():
+        if name == "problems":
+            assert found == [], (width, theme)
+        else:
+            assert found["theme"] == theme, (name, width)
+
+
+def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(tour, site_dir):
+    overflowing = {(name, theme): tour[name, DESKTOP, theme]["overflowing"]
+                   for name in _content_pages(site_dir) for theme in ("light", "dark")}
+    assert {key: found for key, found in overflowing.items() if found} == {}
+
+
+def test_no_page_scrolls_sideways_at_phone_width(tour, site_dir):
+    wider = {(name, theme): tour[name, PHONE, theme]["widths"]
+             for name in _content_pages(site_dir) for theme in ("light", "dark")}
+    assert {key: (scroll, client) for key, (scroll, client) in wider.items() if scroll > client} == {}
 
 
 def test_wide_tables_scroll_inside_themselves_at_phone_width(view):
@@ -282,34 +319,27 @@ def test_sidebar_groups_pages_under_captions_and_next_leads_to_the_guides(view):
     assert page.locator("a.right-next").get_attribute("href") == "choosing.html"
 
 
-def test_every_executed_page_offers_its_notebook_for_download(view, site_dir, base_url):
-    executed = sorted(str(p.relative_to(site_dir / "_sources").with_suffix(".html"))
-                      for p in (site_dir / "_sources").rglob("*.ipynb"))
-    sources = sorted(str(p.relative_to(site_dir / "_sources"))[:-3] + ".html"
-                     for p in (site_dir / "_sources").rglob("*.md")
-                     if "file_format: mystnb" in p.read_text(encoding="utf-8"))
-    assert executed == sources and "choosing.html" in executed
-    for name in executed:
-        page = view(name, DESKTOP, "light")
-        link = page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
-        assert link.count() == 1, name
-        response = page.request.get(urllib.parse.urljoin(base_url + name, link.get_attribute("href")))
-        assert response.ok, name
-        notebook = nbformat.reads(response.text(), as_version=4)
+def test_every_executed_page_offers_its_notebook_for_download(tour, site_dir):
+    sources = site_dir / "_sources"
+    executed = sorted(str(p.relative_to(sources))[:-3] + ".html" for p in sources.rglob("*.md")
+                      if "file_format: mystnb" in p.read_text(encoding="utf-8"))
+    assert "choosing.html" in executed and "index.html" in executed
+    for name in _content_pages(site_dir):
+        links = tour[name, DESKTOP, "light"]["notebooks"]
+        if name not in executed:
+            assert links == [], name
+            continue
+        assert len(links) == 1, name
+        notebook_path = (site_dir / name).parent / links[0]
+        assert notebook_path.resolve() == (sources / name).with_suffix(".ipynb").resolve(), name
+        notebook = nbformat.read(notebook_path, as_version=4)
         nbformat.validate(notebook)
         assert any(cell.get("outputs") for cell in notebook.cells), name
-        page.context.close()
 
 
-def test_screenshots_of_every_page_at_both_widths_in_both_themes(view, site_dir):
-    shots = site_dir.parent / "screenshots"
-    shutil.rmtree(shots, ignore_errors=True)
-    shots.mkdir()
-    for theme in ("light", "dark"):
-        for width in (DESKTOP, PHONE):
-            for name in _content_pages(site_dir):
-                page = view(name, width, theme)
-                stem = name.removesuffix(".html").replace("/", "_")
-                page.screenshot(path=str(shots / f"{stem}-{width}-{theme}.png"), full_page=True)
-                page.context.close()
-    assert len(list(shots.glob("*.png"))) == 4 * len(_content_pages(site_dir))
+def test_screenshots_of_every_page_at_both_widths_in_both_themes(tour, site_dir):
+    shots = sorted(p.name for p in (site_dir.parent / "screenshots").glob("*.jpg"))
+    expected = sorted(f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}.jpg"
+                      for name in _content_pages(site_dir) for width in (DESKTOP, PHONE)
+                      for theme in ("light", "dark"))
+    assert shots == expected
