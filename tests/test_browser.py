@@ -258,9 +258,17 @@ def test_wide_tables_scroll_inside_themselves_at_phone_width(view):
     assert scrolling >= 1  # the transformer comparison, at least, is wider than a phone
 
 
-def test_result_tables_are_html_tables_with_right_aligned_units(view):
+def _close_up(element, site_dir: pathlib.Path, name: str) -> None:
+    """Saves a screenshot of one element under _build/screenshots/details/."""
+    details = site_dir.parent / "screenshots" / "details"
+    details.mkdir(parents=True, exist_ok=True)
+    element.screenshot(path=str(details / name), type="jpeg", quality=90)
+
+
+def test_result_tables_are_html_tables_with_right_aligned_units(view, site_dir):
     page = view("choosing.html", DESKTOP, "light")
     table = page.locator("article table.remat-table", has_text="save_only_these_names('mlp_hidden')").first
+    _close_up(table, site_dir, "choosing-transformer-table-1400-light.jpg")
     headers = table.locator("th").all_inner_texts()
     assert headers == ["policy", "residuals (MiB)", "XLA temp (MiB)", "true FLOPs (GFLOP)",
                        "XLA-reported FLOPs (GFLOP)", "FLOPs vs no checkpoint"]
@@ -284,8 +292,9 @@ def _contrast_of(element) -> float:
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_forward_backward_view_reads_in_both_themes(view, theme):
+def test_forward_backward_view_reads_in_both_themes(view, theme, site_dir):
     page = view("tutorial.html", DESKTOP, theme)
+    _close_up(page.locator("article .remat-fwd-bwd").nth(1), site_dir, f"tutorial-fwd-bwd-1400-{theme}.jpg")
     for mark in ("saved", "recomputed"):
         lines = page.locator(f"article .remat-fwd-bwd .remat-fb-code .remat-{mark}")
         assert lines.count() >= 1, mark

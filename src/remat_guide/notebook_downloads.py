@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import shutil
 from typing import Any
+
+import jupyter_cache
+import nbformat
+
+_GLUE_PREFIX = "application/papermill.record/"
 
 
 def executed_notebook(outdir: str | pathlib.Path, pagename: str) -> pathlib.Path:
@@ -25,9 +29,26 @@ def executed_notebook(outdir: str | pathlib.Path, pagename: str) -> pathlib.Path
     return pathlib.Path(outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
 
 
+def _with_outputs(path: pathlib.Path, cache_path: pathlib.Path) -> nbformat.NotebookNode:
+    """The page's notebook with the outputs of its executed copy in jupyter-cache.
+
+    MyST-NB writes the notebook of a page it executed with its outputs, but the notebook
+    of a page it took from the cache without them; both come from the cache here, so a
+    download is the same however the page was built. Glue records (values the prose
+    quotes, which no notebook viewer shows) are left out.
+    """
+    notebook = nbformat.read(path, as_version=4)
+    _, notebook = jupyter_cache.get_cache(str(cache_path)).merge_match_into_notebook(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [out for out in cell.outputs if not any(
+                key.startswith(_GLUE_PREFIX) for key in out.get("data", {}))]
+    return notebook
+
+
 def offer_notebook(app: Any, pagename: str, templatename: str, context: dict[str, Any],
                    doctree: Any) -> None:
-    """Copies a page's executed notebook next to its sources and adds it to the download menu.
+    """Writes a page's executed notebook next to its sources and adds it to the download menu.
 
     sphinx-book-theme lists ``context["ipynb_source"]`` in its download menu (its own
     code sets it only when launch buttons are configured); this handler runs before the
@@ -36,9 +57,11 @@ def offer_notebook(app: Any, pagename: str, templatename: str, context: dict[str
     notebook = executed_notebook(app.outdir, pagename)
     if doctree is None or not notebook.is_file():
         return
+    cache_path = (app.env.mystnb_config.execution_cache_path
+                  or pathlib.Path(app.outdir).parent / ".jupyter_cache")
     target = pathlib.Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(notebook, target)
+    nbformat.write(_with_outputs(notebook, pathlib.Path(cache_path)), target)
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
