@@ -35,11 +35,12 @@ def _with_outputs(path: pathlib.Path, cache_path: pathlib.Path) -> nbformat.Note
     MyST-NB writes the notebook of a page it executed with its outputs, but the notebook
     of a page it took from the cache without them; both come from the cache here, so a
     download is the same however the page was built. Glue records (values the prose
-    quotes, which no notebook viewer shows) are left out.
+    quotes, which no notebook viewer shows) are left out, and cells are numbered.
     """
     notebook = nbformat.read(path, as_version=4)
     _, notebook = jupyter_cache.get_cache(str(cache_path)).merge_match_into_notebook(notebook)
-    for cell in notebook.cells:
+    for number, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{number}"  # MyST-NB draws random ids; these are the same on every build
         if cell.cell_type == "code":
             cell.outputs = [out for out in cell.outputs if not any(
                 key.startswith(_GLUE_PREFIX) for key in out.get("data", {}))]
