@@ -11,6 +11,7 @@ import jax.extend.core
 
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
+from remat_guide.sharded import is_sharded, residual_shardings
 
 __all__ = [
     "BASELINE",
@@ -49,6 +50,12 @@ class PolicyRow:
         flops: The program's FLOPs, each loop body counted once per iteration.
         reported_flops: The FLOPs as ``cost_analysis()`` reports them (loop bodies once).
         flops_ratio: ``flops`` divided by the baseline's.
+        per_device: ``True`` when the arguments are sharded over several devices: then
+            ``residual_bytes``, ``temp_bytes`` and both FLOPs counts are those of one
+            device (the residuals' per-device pieces, the SPMD program XLA compiles for
+            each device), not of the whole computation.
+        compiled: How many policies :func:`plan_names` compiled to find this row (one
+            ``jax.jit(jax.grad)`` program each); 0 in the rows of :func:`compare_policies`.
     """
 
     name: str
@@ -58,6 +65,8 @@ class PolicyRow:
     flops: int
     reported_flops: int
     flops_ratio: float
+    per_device: bool = False
+    compiled: int = 0
 
 
 def _standard(name: str) -> Any:
@@ -147,7 +156,10 @@ def _measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tup
         )
     compiled = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()
     flops = count_flops(compiled)
-    residual_bytes = saved_residuals(loss, *args).total_bytes
+    if is_sharded(*args):  # the bytes each device holds
+        residual_bytes = sum(r.device_nbytes for r in residual_shardings(loss, *args))
+    else:
+        residual_bytes = saved_residuals(loss, *args).total_bytes
     return residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported
 
 
@@ -164,6 +176,12 @@ def compare_policies(
     program's true FLOPs (see :func:`count_flops`), with the residuals ``jax.grad``
     keeps at the jaxpr level. Arguments may be ``jax.ShapeDtypeStruct`` values, so a
     model too large for this machine can still be measured.
+
+    Arguments may be sharded (arrays placed with a ``jax.sharding.NamedSharding``, or
+    ``jax.ShapeDtypeStruct`` values with a ``sharding``). Then XLA compiles one SPMD
+    program per device, and every row is per device (``per_device`` is ``True``): the
+    temporary memory and FLOPs of that program, and the residuals' per-device pieces
+    (see :func:`remat_guide.sharded.residual_shardings`).
 
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
@@ -210,9 +228,10 @@ def compare_policies(
     for label, policy in chosen.items():
         measured.append((label, policy, _measure(_call(loss_for, policy), args, argnums)))
     base_flops = measured[0][2][2]
+    per_device = is_sharded(*args)
     return [
         PolicyRow(label, policy, residual, temp, flops, reported,
-                  flops / base_flops if base_flops else float("nan"))
+                  flops / base_flops if base_flops else float("nan"), per_device)
         for label, policy, (residual, temp, flops, reported) in measured
     ]
 
@@ -230,6 +249,8 @@ def recommend_policy(
     Among the rows whose ``temp_bytes`` is at most ``budget_bytes``, the one with the
     fewest FLOPs wins; on a tie, the one using less memory. The row's ``policy`` is
     the object to pass to ``jax.checkpoint`` (``None``: no checkpoint is needed).
+    With sharded arguments the rows are per device, so ``budget_bytes`` is the temporary
+    memory of one device.
 
     Args:
         loss_for: As for :func:`compare_policies`.
