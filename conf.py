@@ -15,6 +15,7 @@ extensions = [
     "sphinx_design",
     "remat_guide.api_coverage",  # fails the build when JAX has a checkpoint API item the reference lacks
     "remat_guide.build_stability",  # a rebuild writes what a clean build writes (see the module)
+    "remat_guide.notebook_downloads",  # each executed page's .ipynb in the theme's download menu
 ]
 
 myst_enable_extensions = ["colon_fence", "substitution"]
@@ -29,7 +30,10 @@ nb_execution_show_tb = True
 # The slowest page compiles a few dozen small XLA programs on 2 CPU cores; 10 minutes is
 # far above that and still stops a hung kernel.
 nb_execution_timeout = 600
-nb_merge_streams = True
+# Printed text stays where it was printed, between the tables a cell displays (merging moves
+# all of a cell's printed text before its first display). remat_guide.page_setup sends it
+# once per display, so the pieces are the same on every build.
+nb_merge_streams = False
 # Error outputs are rendered like other text: the IPython traceback lexer fails (a warning)
 # on JAX messages that quote code in backticks, and under `%xmode Minimal` there is no
 # traceback to highlight.
@@ -57,6 +61,7 @@ html_theme_options = {
 }
 html_show_sourcelink = True
 html_static_path = ["docs/_static"]
+html_css_files = ["remat.css"]  # result tables, the forward/backward view, plots in dark mode
 html_favicon = "docs/_static/favicon.svg"  # without one, browsers log a 404 for /favicon.ico
 # Without an explicit default the theme logs a console error on a reader's first visit.
 html_context = {"default_mode": "auto"}

@@ -8,6 +8,7 @@ import shutil
 import threading
 import urllib.parse
 
+import nbformat
 import pytest
 from playwright.sync_api import sync_playwright
 
@@ -120,11 +121,6 @@ def test_exercise_hint_dropdowns_open(page, base_url, site_dir):
         hint.locator("summary").click()
         assert hint.get_attribute("open") is not None
         assert hint.locator(".sd-summary-content").is_visible()
-    shots = site_dir.parent / "screenshots"
-    shots.mkdir(exist_ok=True)
-    page.screenshot(path=str(shots / "exercise.png"), full_page=True)
-    page.goto(base_url + "index.html", wait_until="networkidle")
-    page.screenshot(path=str(shots / "index.png"), full_page=True)
     assert page.problems == []
 
 
@@ -140,3 +136,180 @@ def test_dark_mode_switch(page, base_url):
     page.reload(wait_until="networkidle")  # the choice is remembered
     assert page.evaluate("document.documentElement.dataset.mode") == "light"
     assert page.problems == []
+
+
+# --- what a reader sees: widths, themes, tables, plots, notebooks ----------------------
+
+DESKTOP, PHONE = 1400, 390
+GENERATED = {"genindex.html", "search.html", "py-modindex.html"}
+
+
+def _content_pages(site_dir: pathlib.Path) -> list[str]:
+    return [name for name in _pages(site_dir) if name not in GENERATED]
+
+
+@pytest.fixture
+def view(browser, base_url):
+    """Opens pages at a given width and colour scheme; reports console errors and failed requests."""
+    contexts = []
+
+    def open_page(name: str, width: int, theme: str):
+        context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
+        contexts.append(context)
+        page = context.new_page()
+        problems = []
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+        page.goto(base_url + name, wait_until="networkidle")
+        assert page.evaluate("document.documentElement.dataset.theme") == theme, name
+        assert problems == [], problems
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+# Output blocks and tables of the article, each with its width and the width it needs.
+_OVERFLOWING = """() => {
+  const found = [];
+  const selector = 'article div.cell_output pre, article div.cell_output div.output, '
+                 + 'article .remat-table-scroll, article table, article .remat-fb-code';
+  for (const el of document.querySelectorAll(selector)) {
+    if (el.closest('.remat-table-scroll') && el.tagName === 'TABLE') continue;
+    if (el.scrollWidth > el.clientWidth + 1) {
+      found.push(`${el.tagName}.${el.className}: needs ${el.scrollWidth}px, has ${el.clientWidth}px: `
+                 + el.innerText.slice(0, 80).replace(/\\s+/g, ' '));
+    }
+  }
+  return found;
+}"""
+
+
+def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(view, site_dir):
+    overflowing = {}
+    for name in _content_pages(site_dir):
+        page = view(name, DESKTOP, "light")
+        if found := page.evaluate(_OVERFLOWING):
+            overflowing[name] = found
+        page.context.close()
+    assert overflowing == {}
+
+
+def test_no_page_scrolls_sideways_at_phone_width(view, site_dir):
+    wider = {}
+    for name in _content_pages(site_dir):
+        page = view(name, PHONE, "light")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > page.evaluate("document.documentElement.clientWidth"):
+            wider[name] = width
+        page.context.close()
+    assert wider == {}
+
+
+def test_wide_tables_scroll_inside_themselves_at_phone_width(view):
+    page = view("choosing.html", PHONE, "light")
+    page_width = page.evaluate("document.documentElement.clientWidth")
+    boxes = page.locator("article .remat-table-scroll")
+    assert boxes.count() >= 6
+    scrolling = 0
+    for i in range(boxes.count()):
+        box = boxes.nth(i)
+        assert box.evaluate("el => getComputedStyle(el).overflowX") == "auto"
+        assert box.evaluate("el => el.getBoundingClientRect().right") <= page_width
+        scrolling += box.evaluate("el => el.scrollWidth > el.clientWidth")
+    assert scrolling >= 1  # the transformer comparison, at least, is wider than a phone
+
+
+def test_result_tables_are_html_tables_with_right_aligned_units(view):
+    page = view("choosing.html", DESKTOP, "light")
+    table = page.locator("article table.remat-table", has_text="save_only_these_names('mlp_hidden')").first
+    headers = table.locator("th").all_inner_texts()
+    assert headers == ["policy", "residuals (MiB)", "XLA temp (MiB)", "true FLOPs (GFLOP)",
+                       "XLA-reported FLOPs (GFLOP)", "FLOPs vs no checkpoint"]
+    number = table.locator("td.num").first
+    assert number.evaluate("el => getComputedStyle(el).textAlign") == "right"
+    assert table.locator("td.num", has_text="×").count() == 11
+
+
+def _contrast_of(element) -> float:
+    """The WCAG contrast ratio of an element's text colour on its background colour."""
+    return element.evaluate("""el => {
+      const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
+      const lum = ([r, g, b]) => {
+        const f = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+      };
+      const style = getComputedStyle(el);
+      const [a, b] = [lum(rgb(style.color)), lum(rgb(style.backgroundColor))];
+      return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    }""")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_forward_backward_view_reads_in_both_themes(view, theme):
+    page = view("tutorial.html", DESKTOP, theme)
+    for mark in ("saved", "recomputed"):
+        lines = page.locator(f"article .remat-fwd-bwd .remat-fb-code .remat-{mark}")
+        assert lines.count() >= 1, mark
+        assert _contrast_of(lines.first) >= 4.5, (theme, mark, _contrast_of(lines.first))
+    for code in page.locator("article .remat-fb-code").all():
+        assert code.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
+
+
+def test_forward_backward_halves_stack_on_a_phone(view):
+    page = view("tutorial.html", PHONE, "light")
+    halves = page.locator("article .remat-fwd-bwd .remat-fb-columns").first.locator(":scope > div")
+    first, second = (halves.nth(i).bounding_box() for i in range(2))
+    assert second["y"] >= first["y"] + first["height"] - 1  # one below the other
+
+
+def test_plots_are_svg_and_follow_the_theme(view, site_dir):
+    page = view("choosing.html", DESKTOP, "dark")
+    images = page.locator("article div.cell_output img")
+    assert images.count() >= 4
+    for image in images.all():
+        assert image.get_attribute("src").endswith(".svg")
+        assert "invert" in image.evaluate("el => getComputedStyle(el).filter")
+    assert not list(site_dir.glob("_images/*.png"))
+
+
+def test_sidebar_groups_pages_under_captions_and_next_leads_to_the_guides(view):
+    page = view("index.html", DESKTOP, "light")
+    captions = page.locator(".bd-sidebar-primary p.caption").all_inner_texts()
+    assert [c.strip() for c in captions] == ["Learn", "Guides", "Reference", "API"]
+    page = view("exercise.html", DESKTOP, "light")
+    assert page.locator("a.right-next").get_attribute("href") == "choosing.html"
+
+
+def test_every_executed_page_offers_its_notebook_for_download(view, site_dir, base_url):
+    executed = sorted(str(p.relative_to(site_dir / "_sources").with_suffix(".html"))
+                      for p in (site_dir / "_sources").rglob("*.ipynb"))
+    sources = sorted(str(p.relative_to(site_dir / "_sources"))[:-3] + ".html"
+                     for p in (site_dir / "_sources").rglob("*.md")
+                     if "file_format: mystnb" in p.read_text(encoding="utf-8"))
+    assert executed == sources and "choosing.html" in executed
+    for name in executed:
+        page = view(name, DESKTOP, "light")
+        link = page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
+        assert link.count() == 1, name
+        response = page.request.get(urllib.parse.urljoin(base_url + name, link.get_attribute("href")))
+        assert response.ok, name
+        notebook = nbformat.reads(response.text(), as_version=4)
+        nbformat.validate(notebook)
+        assert any(cell.get("outputs") for cell in notebook.cells), name
+        page.context.close()
+
+
+def test_screenshots_of_every_page_at_both_widths_in_both_themes(view, site_dir):
+    shots = site_dir.parent / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir()
+    for theme in ("light", "dark"):
+        for width in (DESKTOP, PHONE):
+            for name in _content_pages(site_dir):
+                page = view(name, width, theme)
+                stem = name.removesuffix(".html").replace("/", "_")
+                page.screenshot(path=str(shots / f"{stem}-{width}-{theme}.png"), full_page=True)
+                page.context.close()
+    assert len(list(shots.glob("*.png"))) == 4 * len(_content_pages(site_dir))

@@ -201,3 +201,22 @@ def test_rejects_non_callable():
 
 def test_solution_error_is_an_assertion_error():
     assert issubclass(SolutionError, AssertionError)
+
+
+def test_rejects_a_solution_that_checkpoints_only_when_jit_is_disabled():
+    checkpointed = _checkpointed(P.dots_with_no_batch_dims_saveable)
+
+    def only_without_jit(w1, w2, x):
+        if jax.config.jax_disable_jit:
+            return checkpointed(w1, w2, x)
+        return _math(w1, w2, x)
+
+    with jax.disable_jit():  # what the grader used to look at: the checkpointed version
+        assert jax.make_jaxpr(only_without_jit)(jnp.eye(2), jnp.eye(2), jnp.ones((3, 2))).eqns[0] \
+            .primitive.name == "remat2"
+    _reject(only_without_jit, "does not use jax.checkpoint")
+
+
+def test_looks_through_nested_jit_calls():
+    inner = jax.jit(_checkpointed(P.dots_with_no_batch_dims_saveable))
+    assert check_solution(jax.jit(lambda w1, w2, x: inner(w1, w2, x))) is None

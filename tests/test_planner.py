@@ -100,7 +100,7 @@ def test_nothing_fits_names_the_smallest_memory(sweep):
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(budget_bytes=1.5), TypeError, "budget_bytes must be an int, got float"),
     (dict(budget_bytes=0), ValueError, "budget_bytes must be positive"),
-    (dict(budget_bytes=10, names="mlp_hidden"), TypeError, "names must be None or a sequence"),
+    (dict(budget_bytes=10, names="mlp_hidden"), TypeError, "names must be None or an iterable"),
     (dict(budget_bytes=10, names=[]), ValueError, "names must not be empty"),
     (dict(budget_bytes=10, names=["mlp_hidden", "mlp_hidden"]), ValueError, "must not repeat"),
     (dict(budget_bytes=10, names=["mlp_in"]), ValueError, r"\['mlp_in'\] are not tagged"),

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import page_text
+from conftest import page_text, table_with
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def test_residual_listings_of_each_step(page):
     assert re.search(r"f32\[5\]\s+20\s+primitive\s+sin at <cell>:\d+ \(g\)", text)
     assert re.search(r"f32\[7\]\s+28\s+primitive\s+cos at <cell>:\d+ \(g\)", text)
     # The prose count of kept values is the listing's own total.
-    kept = re.search(r"total\s+[\d,]+\s+(\d+) residuals", text).group(1)
+    kept = re.search(r"(\d+) residuals?, [\d,]+ bytes in all", text).group(1)
     assert re.search(rf"\b{kept}\s+values are kept\.", text)
     # Checkpoint on each layer: each cos is recomputed with the matrix product it comes from.
     assert "recomputed: ('dot_general', 'cos', 'dot_general', 'cos', 'dot_general', 'cos')" in text
@@ -38,9 +38,9 @@ def test_recursive_checkpoint_counts_in_prose_match_the_listing(page):
 
 
 def test_side_by_side_view_marks_recomputation(page):
-    assert page.count('<div class="remat-fwd-bwd">') == 2
-    assert page.count('title="recomputed"') == 5  # sin, cos, sin, cos, cos of f under the dots policy
-    assert "forward computation:" in page_text(page)  # the plain-text view of the sin example
+    assert page.count('<div class="remat-fwd-bwd">') == 3
+    # sin, cos, sin, cos, cos of f under the dots policy; sin, cos, cos of the docstring's example.
+    assert page.count('title="recomputed"') == 5 + 3
 
 
 def test_corrections_are_shown_by_output(page):
@@ -57,24 +57,24 @@ def test_corrections_are_shown_by_output(page):
 
 def test_signature_is_the_installed_one_without_concrete(page):
     text = page_text(page)
-    signature = re.search(r"jax\.checkpoint: \(fun.*", text).group(0)
+    signature = " ".join(re.search(r"jax\.checkpoint\(fun.*?-> 'Callable'", text, re.S).group(0).split())
     assert "static_argnames" in signature and ", *," in signature
     assert "concrete" not in signature
     assert "concrete=" not in text  # no typed signature quoting the removed parameter
     assert 'href="reference/parameters.html#param-concrete-removed"' in page
 
 
-def _shares(text: str, measure: str) -> dict[tuple[str, str], float]:
-    """The printed "<loop> <label> <measure> N% of no checkpoint" rows, one per loop and variant."""
-    rows = re.findall(rf"(unrolled|scan)\s+(.+?)\s+{measure}\s+([\d.]+)% of no checkpoint", text)
-    shares = {(loop, label): float(share) for loop, label, share in rows}
+def _shares(page: str, column: str) -> dict[tuple[str, str], float]:
+    """The table's ratios to no checkpoint, in percent, one per loop and variant."""
+    rows = table_with(page, "loop", "checkpoint", column)
+    shares = {(row["loop"], row["checkpoint"]): 100 * float(row[column].rstrip("×")) for row in rows}
     assert len(shares) == 6
     return shares
 
 
 def test_jit_and_scan_memory_is_measured(page):
     text = page_text(page)
-    shares = _shares(text, "temp memory")
+    shares = _shares(page, "XLA temp vs no checkpoint")
     for loop in ("unrolled", "scan"):
         assert shares[loop, "no jax.checkpoint"] == 100
         assert shares[loop, "policy=None"] < 100 <= shares[loop, "dots_with_no_batch_dims_saveable"]
@@ -85,15 +85,16 @@ def test_jit_and_scan_memory_is_measured(page):
                      rf" unrolled,\s+{shares['scan', 'dots_with_no_batch_dims_saveable']:.0f}% in the scan",
                      text)
     # Without checkpoint, unrolled: XLA's temp memory is below the residuals computed, as quoted.
-    computed, temp = map(float, re.search(
-        r"unrolled\s+no jax\.checkpoint\s+computed\s+([\d.]+) MiB\s+XLA temp\s+([\d.]+) MiB", text).groups())
+    rows = table_with(page, "loop", "checkpoint", "computed residuals (MiB)", "XLA temp (MiB)")
+    plain = next(row for row in rows if (row["loop"], row["checkpoint"]) == ("unrolled", "no jax.checkpoint"))
+    computed, temp = float(plain["computed residuals (MiB)"]), float(plain["XLA temp (MiB)"])
     assert temp < computed
     assert re.search(rf"add up\s+to {computed:.0f} MiB, but XLA.s temporary memory is\s+{temp:.0f} MiB", text)
 
 
 def test_recomputation_costs_flops_and_redoes_matmuls_only_without_the_dots_policy(page):
     text = page_text(page)
-    flops = _shares(text, "FLOPs")
+    flops = _shares(page, "XLA-reported FLOPs vs no checkpoint")
     for loop in ("unrolled", "scan"):
         assert flops[loop, "policy=None"] > flops[loop, "dots_with_no_batch_dims_saveable"] > 100
     redone = dict(re.findall(r"(policy=None|dots_with_no_batch_dims_saveable) recomputes:\s+([^\n]+)", text))

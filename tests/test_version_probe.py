@@ -93,8 +93,10 @@ def test_summary_and_table_helpers():
     assert version_probe.residual_summary({"error": "E: m"}) == "E: m"
     with pytest.raises(TypeError, match="lines"):
         version_probe.residual_summary("f32[3] named 'a'")
-    table = version_probe.comparison_table("item", ["1", "2"], [("a<b", ["x", "y"])])
-    assert "<strong>a&lt;b</strong>" in table and "<strong>changed</strong>" in table
+    table = version_probe.comparison_table("item", ["1", "2"], [("a<b", ["x", "<y>"])])._repr_html_()
+    assert '<td class="data row0 col0 remat-changed" >a&lt;b</td>' in table
+    assert '<td class="data row0 col2" ><code>&lt;y&gt;</code></td>' in table
+    assert '<td class="data row0 col3 remat-changed" >changed</td>' in table
     with pytest.raises(ValueError, match="versions"):
         version_probe.comparison_table("item", ["1"], [("a", ["x", "y"])])
 

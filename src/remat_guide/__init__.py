@@ -1,7 +1,7 @@
 """The field guide to jax.checkpoint: the exercise, its grader and tools to see what is saved."""
 
 from remat_guide.api_coverage import ApiItem, api_items, undocumented
-from remat_guide.compare import PolicyRow, compare_policies, policy_table, recommend_policy
+from remat_guide.compare import Comparison, PolicyRow, compare_policies, policy_table, recommend_policy
 from remat_guide.exercise import checkpoint_dot_policy
 from remat_guide.flops import FlopCount, Loop, count_flops
 from remat_guide.fwd_bwd import FwdBwd, fwd_bwd
@@ -11,6 +11,7 @@ from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = [
     "ApiItem",
+    "Comparison",
     "FwdBwd",
     "FlopCount",
     "Loop",

@@ -13,6 +13,8 @@ import jax.ad_checkpoint
 
 __all__ = ["ApiItem", "api_items", "undocumented"]
 
+GROUPS = ("parameter", "policy", "export")
+
 
 @dataclasses.dataclass(frozen=True)
 class ApiItem:
@@ -24,11 +26,25 @@ class ApiItem:
         name: The item's name.
         label: The MyST label the reference must define for it: ``param-<name>``,
             ``policy-<name>`` or ``api-<name>``.
+
+    Raises:
+        TypeError: If a field is not a str.
+        ValueError: If ``group`` is unknown or ``name`` is empty.
     """
 
     group: str
     name: str
     label: str
+
+    def __post_init__(self) -> None:
+        for field in ("group", "name", "label"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(f"ApiItem.{field} must be a str, got "
+                                f"{type(getattr(self, field)).__name__}")
+        if self.group not in GROUPS:
+            raise ValueError(f"ApiItem.group must be one of {GROUPS}, got {self.group!r}")
+        if not self.name:
+            raise ValueError("ApiItem.name must not be empty")
 
     @property
     def qualname(self) -> str:
@@ -76,7 +92,8 @@ def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
         The missing items, in the order of :func:`api_items`; empty when all are documented.
 
     Raises:
-        TypeError: If ``documented_labels`` is a single string or holds a non-string.
+        TypeError: If ``documented_labels`` is not an iterable, is a single string, or
+            holds a non-string.
 
     Examples:
         >>> from remat_guide.api_coverage import api_items, undocumented
@@ -88,6 +105,9 @@ def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
     """
     if isinstance(documented_labels, str):
         raise TypeError("documented_labels must be an iterable of labels, not a single string")
+    if not isinstance(documented_labels, Iterable):
+        raise TypeError(f"documented_labels must be an iterable of labels, got "
+                        f"{type(documented_labels).__name__}")
     labels = set(documented_labels)
     bad = [label for label in labels if not isinstance(label, str)]
     if bad:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core
+import pandas as pd
 
+from remat_guide import validation
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
+from remat_guide.tables import Table
 
 __all__ = [
     "BASELINE",
     "STANDARD_POLICIES",
+    "Comparison",
     "PolicyRow",
     "compare_policies",
     "policy_table",
@@ -56,6 +61,10 @@ class PolicyRow:
             each device), not of the whole computation.
         compiled: How many policies :func:`plan_names` compiled to find this row (one
             ``jax.jit(jax.grad)`` program each); 0 in the rows of :func:`compare_policies`.
+
+    Raises:
+        TypeError: If a field has the wrong type (``policy`` must be callable or None).
+        ValueError: If a byte or FLOP count is negative.
     """
 
     name: str
@@ -67,6 +76,81 @@ class PolicyRow:
     flops_ratio: float
     per_device: bool = False
     compiled: int = 0
+
+    def __post_init__(self) -> None:
+        validation.string(self.name, "PolicyRow.name")
+        if self.policy is not None and not callable(self.policy):
+            raise TypeError(f"PolicyRow.policy must be a policy (callable) or None, got "
+                            f"{type(self.policy).__name__}")
+        for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops"):
+            value = validation.integer(getattr(self, field), f"PolicyRow.{field}", minimum=0)
+            object.__setattr__(self, field, value)
+        ratio = self.flops_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+            raise TypeError(f"PolicyRow.flops_ratio must be a number, got {type(ratio).__name__}")
+        if not isinstance(self.per_device, bool):
+            raise TypeError(f"PolicyRow.per_device must be a bool, got {type(self.per_device).__name__}")
+        object.__setattr__(self, "compiled",
+                           validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
+
+
+class Comparison(list[PolicyRow]):
+    """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
+
+    In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
+    FLOPs ratio to the baseline); ``str()`` gives :func:`policy_table`'s plain text, and
+    :meth:`to_pandas` the exact values.
+
+    Args:
+        rows: The rows, in order (any iterable).
+
+    Raises:
+        TypeError: If ``rows`` is not an iterable of :class:`PolicyRow`.
+    """
+
+    def __init__(self, rows: Iterable[PolicyRow] = ()) -> None:
+        rows = validation.iterable(rows, "rows", what="PolicyRow values")
+        for item in rows:
+            if not isinstance(item, PolicyRow):
+                raise TypeError(f"rows must hold PolicyRow values, got {type(item).__name__}")
+        super().__init__(rows)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The rows as a DataFrame with exact byte and FLOP counts, one row per policy.
+
+        Returns:
+            A DataFrame with the columns ``policy``, ``residual_bytes``, ``temp_bytes``,
+            ``flops``, ``reported_flops`` and ``flops_ratio``.
+
+        Examples:
+            >>> from remat_guide import PolicyRow
+            >>> from remat_guide.compare import Comparison
+            >>> rows = Comparison([PolicyRow("no checkpoint", None, 8, 16, 10**9, 10**9, 1.0)])
+            >>> rows.to_pandas().to_dict("records")
+            [{'policy': 'no checkpoint', 'residual_bytes': 8, 'temp_bytes': 16, 'flops': 1000000000, 'reported_flops': 1000000000, 'flops_ratio': 1.0}]
+        """
+        return pd.DataFrame(
+            [(row.name, row.residual_bytes, row.temp_bytes, row.flops, row.reported_flops,
+              row.flops_ratio) for row in self],
+            columns=["policy", "residual_bytes", "temp_bytes", "flops", "reported_flops",
+                     "flops_ratio"])
+
+    def table(self) -> Table:
+        """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units."""
+        frame = self.to_pandas().rename(columns={
+            "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
+            "reported_flops": "XLA-reported FLOPs", "flops_ratio": f"FLOPs vs {BASELINE}"})
+        return Table(frame, units={"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops",
+                                   "XLA-reported FLOPs": "flops", f"FLOPs vs {BASELINE}": "ratio"})
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __str__(self) -> str:
+        return policy_table(self)
+
+    def __repr__(self) -> str:
+        return policy_table(self)
 
 
 def _standard(name: str) -> Any:
@@ -122,21 +206,19 @@ def _as_policies(policies: Any) -> dict[str, Any]:
                 raise TypeError(f"policies: labels must be str, got {type(label).__name__}")
             if label == BASELINE:
                 raise ValueError(f"policies: {BASELINE!r} is the baseline row, always included")
-            if not callable(policy):
-                raise TypeError(
-                    f"policies[{label!r}] must be a jax.checkpoint policy (a callable), "
-                    f"got {type(policy).__name__}"
-                )
-            result[label] = policy
+            result[label] = validation.policy(policy, f"policies[{label!r}]")
         return result
-    if isinstance(policies, str) or not isinstance(policies, Sequence):
+    if isinstance(policies, (str, bytes)) or not isinstance(policies, Iterable):
         raise TypeError(
             "policies must be None, a sequence of names from jax.checkpoint_policies, or a "
             f"mapping from labels to policies, got {type(policies).__name__}"
         )
+    policies = list(policies)
     for name in policies:
         if not isinstance(name, str):
             raise TypeError(f"policies: names must be str, got {type(name).__name__}")
+        if policies.count(name) > 1:
+            raise ValueError(f"policies: {name!r} is given twice")
     return {name: _standard(name) for name in policies}
 
 
@@ -165,10 +247,11 @@ def _measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tup
 
 def compare_policies(
     loss_for: Callable[[Any], Callable[..., jax.Array]],
+    /,
     *args: Any,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
     argnums: int | tuple[int, ...] = 0,
-) -> list[PolicyRow]:
+) -> Comparison:
     """Measures what each checkpoint policy costs on a model, by compiling its gradient.
 
     For every policy, ``loss_for(policy)`` builds the loss, and ``jax.jit(jax.grad(loss))``
@@ -191,17 +274,33 @@ def compare_policies(
         policies: ``None`` for the default set: the standard policies in
             ``STANDARD_POLICIES``, ``save_only_these_names`` for each ``checkpoint_name``
             tag in the model, and for all of them together. Otherwise a sequence of
-            names from ``jax.checkpoint_policies`` or a mapping from labels to policies.
+            names from ``jax.checkpoint_policies`` (any iterable: a list, a generator) or a
+            mapping from labels to policies.
         argnums: The arguments to differentiate, as for ``jax.grad``.
 
     Returns:
-        One row per policy, the baseline first, then the policies in the order given.
+        One row per policy, the baseline first, then the policies in the order given, as a
+        :class:`Comparison` (a list that renders as a table in a notebook).
 
     Raises:
-        TypeError: If ``loss_for`` is not callable or does not return a function, or
-            ``policies`` is not one of the forms above.
-        ValueError: If a policy name is unknown or needs arguments, or the loss is not
-            scalar.
+        TypeError: If ``loss_for`` is not callable or does not return a function;
+            ``policies`` is not one of the forms above, or a policy is not callable as
+            ``policy(prim, *avals, **params)`` or answers other than True/False (or
+            ``Saveable``, ``Recompute``, ``Offloadable``); ``argnums`` is not an int or
+            a sequence of ints; an argument is not an array, a number or a
+            ``jax.ShapeDtypeStruct``; an argument in ``argnums`` is not floating-point;
+            or the loss does not return a real floating-point scalar.
+        ValueError: If a policy name is unknown, needs arguments or is given twice;
+            ``argnums`` is out of range or repeats an argument; the loss's output is not
+            a scalar; an argument or the compiled program would be larger than any
+            machine holds (before XLA sees it); ``loss_for(policy)`` never consults
+            its policy (the row would not depend on it); or a name-based policy names
+            only tags the loss never uses (the names it uses are listed).
+
+    Warns:
+        UserWarning: If ``loss_for(None)``, the baseline, still uses ``jax.checkpoint``
+            (every ratio is then against a checkpointed program), or a name-based policy
+            names some tags the loss never uses.
 
     Examples:
         >>> import jax
@@ -221,23 +320,26 @@ def compare_policies(
         ...
         ValueError: policies: unknown policy name 'dots_savable'; jax.checkpoint_policies has ...
     """
-    if not callable(loss_for):
-        raise TypeError(f"loss_for must be callable, got {type(loss_for).__name__}")
+    validation.callable_arg(loss_for, "loss_for")
+    argnums = _check_inputs(args, argnums)
+    tags = _check_baseline(loss_for, args, argnums)
     chosen = _default_policies(loss_for, args) if policies is None else _as_policies(policies)
+    _check_policies(loss_for, chosen, args, argnums, tags)
     measured = [(BASELINE, None, _measure(_call(loss_for, None), args, argnums))]
     for label, policy in chosen.items():
         measured.append((label, policy, _measure(_call(loss_for, policy), args, argnums)))
     base_flops = measured[0][2][2]
     per_device = is_sharded(*args)
-    return [
+    return Comparison(
         PolicyRow(label, policy, residual, temp, flops, reported,
                   flops / base_flops if base_flops else float("nan"), per_device)
         for label, policy, (residual, temp, flops, reported) in measured
-    ]
+    )
 
 
 def recommend_policy(
     loss_for: Callable[[Any], Callable[..., jax.Array]],
+    /,
     *args: Any,
     budget_bytes: int,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
@@ -266,7 +368,11 @@ def recommend_policy(
         TypeError: If ``budget_bytes`` is not an int (or an argument is wrong as for
             :func:`compare_policies`).
         ValueError: If ``budget_bytes`` is not positive, or no policy fits; the message
-            names the smallest memory any policy reaches.
+            names the smallest memory any policy reaches (or an argument is wrong as
+            for :func:`compare_policies`).
+
+    Warns:
+        UserWarning: As for :func:`compare_policies`.
 
     Examples:
         >>> import jax
@@ -284,8 +390,7 @@ def recommend_policy(
         ...
         ValueError: no policy fits budget_bytes=1: the smallest temporary memory is ... bytes, with ...
     """
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
-        raise TypeError(f"budget_bytes must be an int, got {type(budget_bytes).__name__}")
+    budget_bytes = validation.integer(budget_bytes, "budget_bytes")
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     rows = compare_policies(loss_for, *args, policies=policies, argnums=argnums)
@@ -299,18 +404,18 @@ def recommend_policy(
     return min(fitting, key=lambda row: (row.flops, row.temp_bytes))
 
 
-def policy_table(rows: Sequence[PolicyRow]) -> str:
+def policy_table(rows: Iterable[PolicyRow]) -> str:
     """Formats rows of :func:`compare_policies` as a plain-text table (MiB and GFLOPs).
 
     Args:
-        rows: The rows to show, in order.
+        rows: The rows to show, in order (any iterable, a generator too).
 
     Returns:
         A header and one line per row, with residual and temporary memory in MiB, the
         true FLOPs and XLA's reported FLOPs in GFLOPs, and the ratio to the baseline.
 
     Raises:
-        TypeError: If a row is not a :class:`PolicyRow`.
+        TypeError: If ``rows`` is not an iterable, or a row is not a :class:`PolicyRow`.
 
     Examples:
         >>> from remat_guide import PolicyRow, policy_table
@@ -320,6 +425,7 @@ def policy_table(rows: Sequence[PolicyRow]) -> str:
         -------------  ------------  --------  ------  -------------------  -----------
         no checkpoint          1.00      3.00   4.000                1.000        1.000
     """
+    rows = validation.iterable(rows, "rows", what="PolicyRow values")
     for row in rows:
         if not isinstance(row, PolicyRow):
             raise TypeError(f"rows must hold PolicyRow values, got {type(row).__name__}")
@@ -334,3 +440,57 @@ def policy_table(rows: Sequence[PolicyRow]) -> str:
         return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])])
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+# --- checks made before anything is compiled -------------------------------------------
+
+
+def _check_inputs(args: tuple, argnums: Any) -> int | tuple[int, ...]:
+    """The loss's arguments and ``argnums``; returns ``argnums`` normalised."""
+    paths, _ = jax.tree_util.tree_flatten_with_path(args)
+    names = [f"args{jax.tree_util.keystr(path)}" for path, _ in paths]
+    validation.arguments([leaf for _, leaf in paths], names)
+    argnums = validation.argnums(argnums, len(args))
+    selected = {argnums} if isinstance(argnums, int) else set(argnums)
+    chosen = [(leaf, name) for (path, leaf), name in zip(paths, names) if path[0].idx in selected]
+    validation.require_floating([leaf for leaf, _ in chosen], [name for _, name in chosen],
+                                every=True, why=f"jax.grad differentiates argnums={argnums}")
+    return argnums
+
+
+def _check_loss(loss: Callable, args: tuple, argnums: Any, name: str) -> tuple[Any, Any]:
+    """Traces a loss and its gradient (no compilation); returns both jaxprs."""
+    forward, out_shape = jax.make_jaxpr(loss, return_shape=True)(*args)
+    validation.floating_scalar(out_shape, name)
+    gradient = jax.make_jaxpr(jax.grad(loss, argnums=argnums))(*args)
+    validation.check_program(gradient.jaxpr, f"the gradient of {name}")
+    return forward.jaxpr, gradient.jaxpr
+
+
+def _check_baseline(loss_for: Callable, args: tuple, argnums: Any) -> list[str]:
+    """Checks the baseline loss; returns the ``checkpoint_name`` tags it uses."""
+    forward, _ = _check_loss(_call(loss_for, None), args, argnums, "loss_for(None)")
+    if validation.contains_checkpoint(forward):
+        warnings.warn(
+            "loss_for(None) still uses jax.checkpoint, so the 'no checkpoint' row and every "
+            "FLOPs ratio are measured against a checkpointed program; loss_for(None) should "
+            "return the loss without any jax.checkpoint",
+            UserWarning, stacklevel=3)
+    return validation.tagged_names(forward)
+
+
+def _check_policies(loss_for: Callable, chosen: Mapping[str, Any], args: tuple, argnums: Any,
+                    tags: Sequence[str]) -> None:
+    """Each policy: its signature and answers, its names, and that ``loss_for`` uses it."""
+    for label, policy in chosen.items():
+        name = f"policies[{label!r}]"
+        validation.policy(policy, name)
+        validation.check_policy_names(policy, name, tags)
+        probe = validation.PolicyProbe(policy, name)
+        _check_loss(_call(loss_for, probe), args, argnums, f"loss_for({name})")
+        if not probe.called:
+            raise ValueError(
+                f"loss_for ignores its policy: JAX never consults {name} when it "
+                "differentiates loss_for(policy), so the row would be the same for every "
+                "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
+            )

@@ -7,6 +7,7 @@ import re
 
 import jax
 
+from remat_guide import validation
 from remat_guide.jax_internals import hlo_flops
 
 __all__ = ["FlopCount", "Loop", "count_flops"]
@@ -32,11 +33,21 @@ class Loop:
         body: The name of the loop's body computation in the HLO text.
         trip_count: How many times the body runs, as XLA determined it.
         body_flops: The FLOPs of one iteration, loops nested in the body counted in full.
+
+    Raises:
+        TypeError: If a field has the wrong type.
+        ValueError: If a count is negative.
     """
 
     body: str
     trip_count: int
     body_flops: int
+
+    def __post_init__(self) -> None:
+        validation.string(self.body, "Loop.body")
+        for field in ("trip_count", "body_flops"):
+            object.__setattr__(self, field,
+                               validation.integer(getattr(self, field), f"Loop.{field}", minimum=0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +59,26 @@ class FlopCount:
         reported: What ``compiled.cost_analysis()["flops"]`` reports, with each loop body
             counted once.
         loops: The while loops, outermost first within each computation.
+
+    Raises:
+        TypeError: If a field has the wrong type (``loops`` must hold :class:`Loop` values).
+        ValueError: If a count is negative.
     """
 
     total: int
     reported: int
     loops: tuple[Loop, ...]
+
+    def __post_init__(self) -> None:
+        for field in ("total", "reported"):
+            object.__setattr__(self, field,
+                               validation.integer(getattr(self, field), f"FlopCount.{field}",
+                                                  minimum=0))
+        loops = tuple(validation.iterable(self.loops, "FlopCount.loops", what="Loop values"))
+        for loop in loops:
+            if not isinstance(loop, Loop):
+                raise TypeError(f"FlopCount.loops must hold Loop values, got {type(loop).__name__}")
+        object.__setattr__(self, "loops", loops)
 
 
 class _Program:
@@ -168,7 +194,8 @@ def count_flops(compiled: jax.stages.Compiled) -> FlopCount:
 
     Raises:
         TypeError: If ``compiled`` is not a ``jax.stages.Compiled``.
-        ValueError: If a loop has no trip count known at compile time.
+        ValueError: If a loop has no trip count known at compile time, or XLA's 64-bit
+            FLOP count overflowed (it reports a negative count).
 
     Examples:
         >>> import jax
@@ -195,5 +222,10 @@ def count_flops(compiled: jax.stages.Compiled) -> FlopCount:
     reported = _reported_flops(compiled)
     loops: list[Loop] = []
     extra = program.extra_flops(program.entry, loops)
+    if reported < 0 or extra < 0 or any(cost < 0 for cost in program._costs.values()):
+        raise ValueError(
+            "compiled: XLA's FLOP count overflowed its 64-bit counter (it reports a negative "
+            "count); the program is too large to count"
+        )
     return FlopCount(round(reported + extra), round(reported), tuple(loops))
 

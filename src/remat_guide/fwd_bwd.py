@@ -4,22 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core as jcore
 import numpy as np
 
+from remat_guide import validation
 from remat_guide.jax_internals import scan_operands
-from remat_guide.residuals import _argument_names, _trace_vjp
+from remat_guide.residuals import _check_arguments, _trace_vjp
 
 __all__ = ["FwdBwd", "Line", "fwd_bwd"]
 
 SAVED = "saved"
 RECOMPUTED = "recomputed"
 _GUTTER = {SAVED: "S ", RECOMPUTED: "R ", "": "  "}
-_COLOURS = {SAVED: "#d7ecff", RECOMPUTED: "#ffe1c2"}
+# The HTML view takes its colours from the page's theme (sphinx-book-theme's light and
+# dark variables), with fallbacks for a notebook without them. Lines wrap rather than
+# scroll, and the two halves stack when the view is narrower than about 44em.
+_CSS = (
+    ".remat-fwd-bwd .remat-fb-columns{display:grid;gap:0.75em;"
+    "grid-template-columns:repeat(auto-fit,minmax(22em,1fr))}"
+    ".remat-fwd-bwd .remat-fb-columns>div{min-width:0}"
+    ".remat-fwd-bwd .remat-fb-code{font-family:var(--pst-font-family-monospace,monospace);"
+    "font-size:85%;line-height:1.45}"
+    ".remat-fwd-bwd .remat-fb-code>div{white-space:pre-wrap;overflow-wrap:anywhere;"
+    "padding-left:var(--indent,6ch);text-indent:calc(-1*var(--indent,6ch))}"
+    ".remat-fwd-bwd .remat-fb-title{font-weight:bold}"
+    ".remat-fwd-bwd .remat-saved{background:var(--pst-color-info-bg,#dbeafe);"
+    "color:var(--pst-color-text-base,#111827)}"
+    ".remat-fwd-bwd .remat-recomputed{background:var(--pst-color-warning-bg,#ffedd5);"
+    "color:var(--pst-color-text-base,#111827)}"
+)
 _RICH_STYLES = {SAVED: "bold blue", RECOMPUTED: "bold dark_orange"}
 _LEGEND = "S = kept for the backward pass (a residual)    R = recomputed by the backward pass"
 _PLAIN_PARAM_TYPES = (bool, int, float, str, type(None), np.dtype)
@@ -38,12 +55,23 @@ class Line:
         mark: ``"saved"`` for a forward equation whose output is a residual,
             ``"recomputed"`` for a backward equation that recomputes a forward value,
             else empty.
+
+    Raises:
+        TypeError: If a field has the wrong type.
+        ValueError: If ``depth`` is negative or ``mark`` is unknown.
     """
 
     text: str
     depth: int = 0
     primitive: str = ""
     mark: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("text", "primitive", "mark"):
+            validation.string(getattr(self, field), f"Line.{field}")
+        object.__setattr__(self, "depth", validation.integer(self.depth, "Line.depth", minimum=0))
+        if self.mark not in _GUTTER:
+            raise ValueError(f"Line.mark must be one of {tuple(_GUTTER)}, got {self.mark!r}")
 
 
 class FwdBwd:
@@ -57,11 +85,18 @@ class FwdBwd:
     Attributes:
         forward: The lines of the forward computation.
         backward: The lines of the backward computation.
+
+    Raises:
+        TypeError: If ``forward`` or ``backward`` is not an iterable of :class:`~remat_guide.fwd_bwd.Line`.
     """
 
-    def __init__(self, forward: Sequence[Line], backward: Sequence[Line]) -> None:
-        self.forward = tuple(forward)
-        self.backward = tuple(backward)
+    def __init__(self, forward: Iterable[Line], backward: Iterable[Line]) -> None:
+        self.forward = tuple(validation.iterable(forward, "forward", what="Line values"))
+        self.backward = tuple(validation.iterable(backward, "backward", what="Line values"))
+        for name, lines in (("forward", self.forward), ("backward", self.backward)):
+            for line in lines:
+                if not isinstance(line, Line):
+                    raise TypeError(f"{name} must hold Line values, got {type(line).__name__}")
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -94,30 +129,25 @@ class FwdBwd:
         return str(self)
 
     def _repr_html_(self) -> str:
-        def column(lines: Sequence[Line]) -> str:
+        def column(title: str, lines: Sequence[Line]) -> str:
             out = []
             for line in lines:
-                text = html.escape("  " * line.depth + line.text)
+                text = html.escape(_GUTTER[line.mark] + "  " * line.depth + line.text)
+                # A wrapped line continues 4 characters to the right of where its text starts.
+                indent = f'style="--indent:{len(_GUTTER[line.mark]) + 2 * line.depth + 4}ch"'
                 if line.mark:
-                    text = (f'<span style="background:{_COLOURS[line.mark]}" '
-                            f'title="{line.mark}">{_GUTTER[line.mark]}{text}</span>')
+                    out.append(f'<div class="remat-{line.mark}" title="{line.mark}" {indent}>{text}</div>')
                 else:
-                    text = "  " + text
-                out.append(text)
-            return ('<pre style="margin:0;white-space:pre;overflow-x:auto;font-size:85%">'
-                    + "\n".join(out) + "</pre>")
+                    out.append(f"<div {indent}>{text}</div>")
+            return (f'<div><div class="remat-fb-title">{title}</div>'
+                    f'<div class="remat-fb-code">{"".join(out)}</div></div>')
 
-        legend = " ".join(
-            f'<span style="background:{_COLOURS[m]}">{_GUTTER[m].strip()}: {m}</span>'
-            for m in (SAVED, RECOMPUTED))
-        cell = 'style="width:50%;vertical-align:top;text-align:left;padding:0 0.5em"'
-        return (
-            '<div class="remat-fwd-bwd">'
-            f'<p>{legend}</p><table style="table-layout:fixed;width:100%"><thead><tr>'
-            f"<th {cell}>forward computation</th><th {cell}>backward computation</th>"
-            f"</tr></thead><tbody><tr><td {cell}>{column(self.forward)}</td>"
-            f"<td {cell}>{column(self.backward)}</td></tr></tbody></table></div>"
-        )
+        legend = " ".join(f'<span class="remat-{m}">{_GUTTER[m].strip()} = {m}</span>'
+                          for m in (SAVED, RECOMPUTED))
+        return (f"<style>{_CSS}</style>"
+                f'<div class="remat-fwd-bwd"><p class="remat-fb-legend">{legend}</p>'
+                f'<div class="remat-fb-columns">{column("forward computation", self.forward)}'
+                f'{column("backward computation", self.backward)}</div></div>')
 
     def __rich__(self) -> Any:
         """A ``rich`` table of the two columns, for ``rich.print`` in a terminal."""
@@ -294,18 +324,7 @@ def _render(jaxpr: jcore.Jaxpr, names: _Names, marks: dict[int, str], depth: int
 # --- the public function ----------------------------------------------------------------
 
 
-def _check_leaves(f: Callable, args: tuple, kwargs: dict) -> None:
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    for leaf, name in zip(leaves, _argument_names(f, args, kwargs)):
-        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct,
-                                 bool, int, float, complex)):
-            raise TypeError(
-                f"argument {name} must be an array, a number or a jax.ShapeDtypeStruct, "
-                f"got {type(leaf).__name__}"
-            )
-
-
-def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
+def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
     """Shows the forward and backward computations of ``jax.vjp(f, ...)`` side by side.
 
     The forward computation is the jaxpr of ``jax.vjp(f, *args, **kwargs)``: it returns
@@ -324,18 +343,24 @@ def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
     ``jax.ShapeDtypeStruct`` values.
 
     Args:
-        f: The function to differentiate. Its arguments and output may be pytrees of
+        f: The function to differentiate (positional only, so ``f`` may itself take a
+            keyword argument named ``f``). Its arguments and output may be pytrees of
             floating-point arrays.
         *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
-            ``jax.ShapeDtypeStruct`` values.
+            ``jax.ShapeDtypeStruct`` values. At least one must be floating-point.
         **kwargs: Keyword arguments for ``f``, traced like the positional ones.
 
     Returns:
         A :class:`FwdBwd`: ``print`` it for plain text; in a notebook it shows as HTML.
 
     Raises:
-        TypeError: If ``f`` is not callable, or an argument is not an array, a number
-            or a ``jax.ShapeDtypeStruct``.
+        TypeError: If ``f`` is not callable, an argument is not an array, a number or
+            a ``jax.ShapeDtypeStruct``, no argument is floating-point, or an output of
+            ``f`` is not floating-point; or the policy of a ``jax.checkpoint`` in
+            ``f`` has the wrong signature or answers other than True/False (the message
+            names the policy).
+        ValueError: If an argument has a negative dimension or a size no machine
+            holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
 
     Examples:
         >>> import jax
@@ -361,10 +386,10 @@ def fwd_bwd(f: Callable, *args: Any, **kwargs: Any) -> FwdBwd:
         >>> view.saved, view.recomputed
         ((), ('sin', 'cos', 'cos'))
     """
-    if not callable(f):
-        raise TypeError(f"f must be callable, got {type(f).__name__}")
-    _check_leaves(f, args, kwargs)
+    validation.callable_arg(f, "f")
+    _check_arguments(f, args, kwargs)
     fwd, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
+    validation.check_outputs(out_shape, "f")
     res_specs, vjp_tree = jax.tree_util.tree_flatten(vjp_shape)
     ct_specs, ct_tree = jax.tree_util.tree_flatten(out_shape)
 

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.extend.core as jcore
 import jax.numpy as jnp
 
+from remat_guide import validation
 from remat_guide.policy_matrix import policy_label
 from remat_guide.residuals import Residuals, saved_residuals
 
@@ -107,6 +109,45 @@ def _equation_label(eqn: Any) -> str:
     return str(eqn.params.get("name", eqn.primitive.name))
 
 
+def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
+    """Evaluates a jaxpr, running the body of each ``jit`` call in place of the call."""
+    env: dict[Any, Any] = {}
+
+    def read(atom: Any) -> Any:
+        return atom.val if isinstance(atom, jcore.Literal) else env[atom]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        if eqn.primitive.name in ("jit", "pjit"):
+            inner = eqn.params["jaxpr"]
+            outs = _eval_inlined(inner.jaxpr, inner.consts, ins)
+        else:
+            with eqn.ctx.manager:  # as jax.core.eval_jaxpr binds an equation
+                outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for var, value in zip(eqn.outvars, outs):
+            if not isinstance(var, jcore.DropVar):
+                env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _inlined(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Callable:
+    """``fn`` as traced at these shapes, with its ``jax.jit`` calls inlined.
+
+    A jitted solution shows its ``jax.checkpoint`` inside a ``jit`` call; inlining it
+    shows the same structure as the solution without ``jax.jit``. The solution is traced
+    with jit enabled, as it runs, so one that checkpoints only with jit disabled fails.
+    """
+    closed = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x)
+
+    def inlined(a: jax.Array, b: jax.Array, c: jax.Array) -> Any:
+        return _eval_inlined(closed.jaxpr, closed.consts, [a, b, c])[0]
+
+    return inlined
+
+
 def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Any:
     """The policy of the one ``jax.checkpoint`` that must hold the whole pipeline."""
     eqns = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x).jaxpr.eqns
@@ -183,6 +224,9 @@ def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]) -
     whose policy is ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``. Its
     value and gradient are compared with a reference on several random shapes, and what
     its backward pass keeps is checked too, because every policy gives the same numbers.
+    The structure is read from ``fn`` as ``jax.jit`` traces it (calls to ``jax.jit``
+    inside are looked through), never under ``jax.disable_jit``: a solution that
+    checkpoints only when jit is disabled fails.
 
     Args:
         fn: The solution, called as ``fn(w1, w2, x)``.
@@ -206,13 +250,12 @@ def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]) -
         ...
         remat_guide.grader.SolutionError: fn does not use jax.checkpoint: ...
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    validation.callable_arg(fn, "fn")
     for seed, (n, d) in enumerate(_SHAPES):
         w1, w2, x = _inputs(seed, n, d)
         _check_value(fn, w1, w2, x)
         _check_gradient(fn, w1, w2, x)
-        # With jit disabled, a jitted solution is traced inline and shows its checkpoint.
-        with jax.disable_jit():
-            policy = _checkpoint_policy(fn, w1, w2, x)
-            _check_saved(fn, policy, w1, w2, x)
+        # The structure is read from fn as jit traces it, with its jit calls inlined.
+        inlined = _inlined(fn, w1, w2, x)
+        policy = _checkpoint_policy(inlined, w1, w2, x)
+        _check_saved(inlined, policy, w1, w2, x)

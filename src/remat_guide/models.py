@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
+
+from remat_guide import validation
 
 __all__ = [
     "TRANSFORMER_NAMES",
@@ -31,11 +34,52 @@ TRANSFORMER_NAMES = ("query_proj", "key_proj", "value_proj", "attn_out", "mlp_hi
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
-    return value
+    return validation.integer(value, name, minimum=1)
+
+
+def _sizes(**sizes: Any) -> dict[str, int]:
+    return {name: _positive_int(value, name) for name, value in sizes.items()}
+
+
+def _fits(sizes: Mapping[str, int], **shapes: tuple[int, ...]) -> None:
+    """Refuses sizes that make an array larger than any machine holds (float32)."""
+    for what, shape in shapes.items():
+        size = validation.nbytes(shape, np.float32)
+        if size > validation.MAX_BYTES:
+            given = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            raise ValueError(
+                f"{given} make {what} of shape {shape} take {size:,} bytes, more than any "
+                f"machine holds (at most {validation.MAX_BYTES:,})"
+            )
+
+
+def _policy(policy: Any) -> Any:
+    return policy if policy is None else validation.policy(policy, "policy")
+
+
+def _float_shape(value: Any, name: str) -> tuple[int, ...]:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{name} must have a floating dtype, got {dtype}")
+    return tuple(shape)
+
+
+def _params(params: Any, keys: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """The shapes of a model's ``params``, which must hold exactly ``keys``."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict with keys {keys}, got {type(params).__name__}")
+    if set(params) != set(keys):
+        raise ValueError(f"params must have the keys {keys}, got {tuple(params)}")
+    return {key: _float_shape(params[key], f"params[{key!r}]") for key in keys}
+
+
+def _expect(shapes: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]],
+            how: str) -> None:
+    for name, shape in expected.items():
+        if shapes[name] != shape:
+            raise ValueError(f"{name} must have shape {shape} ({how}), got {shapes[name]}")
 
 
 def _spec(*shape: int) -> jax.ShapeDtypeStruct:
@@ -43,7 +87,16 @@ def _spec(*shape: int) -> jax.ShapeDtypeStruct:
 
 
 def _pipeline(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
+    _check_exercise(w1, w2, x)
     return jnp.sum((jax.nn.relu(x @ w1) @ w2) ** 2)
+
+
+def _check_exercise(w1: Any, w2: Any, x: Any) -> None:
+    shapes = {name: _float_shape(v, name) for name, v in (("w1", w1), ("w2", w2), ("x", x))}
+    if len(shapes["x"]) != 2:
+        raise ValueError(f"x must have shape (n, d), got {shapes['x']}")
+    d = shapes["x"][1]
+    _expect(shapes, {"w1": (d, d), "w2": (d, d)}, f"(d, d) for x of shape {shapes['x']}")
 
 
 def exercise_loss(policy: Any) -> Loss:
@@ -53,7 +106,11 @@ def exercise_loss(policy: Any) -> Loss:
         policy: A ``jax.checkpoint`` policy, or ``None`` for no ``jax.checkpoint`` at all.
 
     Returns:
-        The loss ``f(w1, w2, x)``.
+        The loss ``f(w1, w2, x)``; it raises a TypeError or ValueError naming the
+        argument when the arguments are not floating ``(d, d)``, ``(d, d)``, ``(n, d)``.
+
+    Raises:
+        TypeError: If ``policy`` is neither None nor a callable ``policy(prim, *avals, **params)``.
 
     Examples:
         >>> import jax
@@ -66,7 +123,7 @@ def exercise_loss(policy: Any) -> Loss:
         >>> float(exercise_loss(jax.checkpoint_policies.dots_saveable)(w, w, x))
         1.0
     """
-    if policy is None:
+    if _policy(policy) is None:
         return _pipeline
     return jax.checkpoint(_pipeline, policy=policy)
 
@@ -74,12 +131,18 @@ def exercise_loss(policy: Any) -> Loss:
 def exercise_args(n: int, d: int) -> tuple[jax.ShapeDtypeStruct, ...]:
     """Abstract arguments ``(w1, w2, x)`` of :func:`exercise_loss`: ``(d, d)``, ``(d, d)``, ``(n, d)``.
 
+    Raises:
+        TypeError: If a size is not an int.
+        ValueError: If a size is not positive, or an array would be larger than any
+            machine holds.
+
     Examples:
         >>> from remat_guide.models import exercise_args
         >>> [a.shape for a in exercise_args(8, 4)]
         [(4, 4), (4, 4), (8, 4)]
     """
     n, d = _positive_int(n, "n"), _positive_int(d, "d")
+    _fits({"n": n, "d": d}, w1=(d, d), x=(n, d))
     return _spec(d, d), _spec(d, d), _spec(n, d)
 
 
@@ -95,7 +158,12 @@ def mlp_unrolled_loss(policy: Any) -> Loss:
 
     Returns:
         The loss ``f(params, x)`` = ``mean(out ** 2)``; ``params`` holds ``w_in`` and
-        ``w_out`` stacked over layers, of shape ``(layers, d, d)``.
+        ``w_out`` stacked over layers, of shape ``(layers, d, d)``, and ``x`` has shape
+        ``(n, d)``. The loss raises a TypeError or ValueError naming the argument for
+        other keys, shapes that do not match or non-floating arrays.
+
+    Raises:
+        TypeError: If ``policy`` is neither None nor a callable ``policy(prim, *avals, **params)``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -104,9 +172,10 @@ def mlp_unrolled_loss(policy: Any) -> Loss:
         >>> float(mlp_unrolled_loss(None)(params, jnp.ones((4, 2))))
         0.0
     """
-    layer = _mlp_layer if policy is None else jax.checkpoint(_mlp_layer, policy=policy)
+    layer = _mlp_layer if _policy(policy) is None else jax.checkpoint(_mlp_layer, policy=policy)
 
     def loss(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        _check_mlp(params, x)
         for i in range(params["w_in"].shape[0]):
             x = layer(x, {k: v[i] for k, v in params.items()})
         return jnp.mean(x**2)
@@ -114,11 +183,25 @@ def mlp_unrolled_loss(policy: Any) -> Loss:
     return loss
 
 
-def _scanned_loss(layer: Callable[[jax.Array, Any], jax.Array], policy: Any) -> Loss:
+def _check_mlp(params: Any, x: Any) -> None:
+    shapes = {f"params[{k!r}]": v for k, v in _params(params, ("w_in", "w_out")).items()}
+    shapes["x"] = _float_shape(x, "x")
+    w_in = shapes["params['w_in']"]
+    if len(w_in) != 3 or w_in[1] != w_in[2]:
+        raise ValueError(f"params['w_in'] must have shape (layers, d, d), got {w_in}")
+    if len(shapes["x"]) != 2:
+        raise ValueError(f"x must have shape (n, d), got {shapes['x']}")
+    expected = {"params['w_out']": w_in, "x": (shapes["x"][0], w_in[1])}
+    _expect(shapes, expected, f"to match params['w_in'] of shape {w_in}")
+
+
+def _scanned_loss(layer: Callable[[jax.Array, Any], jax.Array], policy: Any,
+                  check: Callable[[Any, Any], None]) -> Loss:
     """``mean(out ** 2)`` of ``layer`` applied by ``lax.scan`` over the layers of ``params``."""
-    step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+    step = layer if _policy(policy) is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
 
     def loss(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        check(params, x)
         x, _ = lax.scan(lambda carry, layer_params: (step(carry, layer_params), None), x, params)
         return jnp.mean(x**2)
 
@@ -131,6 +214,9 @@ def mlp_scan_loss(policy: Any) -> Loss:
     The checkpoint wraps the scan body with ``prevent_cse=False``, which is safe inside
     ``lax.scan``.
 
+    Raises:
+        TypeError: If ``policy`` is neither None nor a callable ``policy(prim, *avals, **params)``.
+
     Examples:
         >>> import jax
         >>> import jax.numpy as jnp
@@ -141,11 +227,16 @@ def mlp_scan_loss(policy: Any) -> Loss:
         >>> bool(jnp.allclose(mlp_scan_loss(policy)(params, x), mlp_unrolled_loss(None)(params, x)))
         True
     """
-    return _scanned_loss(_mlp_layer, policy)
+    return _scanned_loss(_mlp_layer, policy, _check_mlp)
 
 
 def mlp_args(layers: int, n: int, d: int) -> tuple[dict[str, jax.ShapeDtypeStruct], jax.ShapeDtypeStruct]:
     """Abstract arguments ``(params, x)`` of the MLP stacks.
+
+    Raises:
+        TypeError: If a size is not an int.
+        ValueError: If a size is not positive, or an array would be larger than any
+            machine holds.
 
     Examples:
         >>> from remat_guide.models import mlp_args
@@ -153,7 +244,9 @@ def mlp_args(layers: int, n: int, d: int) -> tuple[dict[str, jax.ShapeDtypeStruc
         >>> params["w_in"].shape, x.shape
         ((8, 4, 4), (16, 4))
     """
-    layers, n, d = (_positive_int(v, k) for k, v in (("layers", layers), ("n", n), ("d", d)))
+    sizes = _sizes(layers=layers, n=n, d=d)
+    layers, n, d = sizes.values()
+    _fits(sizes, w_in=(layers, d, d), x=(n, d))
     return {"w_in": _spec(layers, d, d), "w_out": _spec(layers, d, d)}, _spec(n, d)
 
 
@@ -187,7 +280,13 @@ def transformer_loss(policy: Any) -> Loss:
             or ``None`` for no checkpoint.
 
     Returns:
-        The loss ``f(params, x)`` = ``mean(out ** 2)`` for ``x`` of shape ``(batch, seq, d_model)``.
+        The loss ``f(params, x)`` = ``mean(out ** 2)`` for ``x`` of shape ``(batch, seq, d_model)``
+        and ``params`` as :func:`transformer_args` describes them. The loss raises a
+        TypeError or ValueError naming the argument for other keys, shapes that do not
+        match or non-floating arrays.
+
+    Raises:
+        TypeError: If ``policy`` is neither None nor a callable ``policy(prim, *avals, **params)``.
 
     Examples:
         >>> import jax
@@ -201,7 +300,33 @@ def transformer_loss(policy: Any) -> Loss:
         >>> bool(jnp.allclose(a, b))
         True
     """
-    return _scanned_loss(_transformer_block, policy)
+    return _scanned_loss(_transformer_block, policy, _check_transformer)
+
+
+_TRANSFORMER_KEYS = ("query", "key", "value", "out", "mlp_in", "mlp_out")
+
+
+def _check_transformer(params: Any, x: Any) -> None:
+    shapes = {f"params[{k!r}]": v for k, v in _params(params, _TRANSFORMER_KEYS).items()}
+    shapes["x"] = _float_shape(x, "x")
+    query, mlp_in = shapes["params['query']"], shapes["params['mlp_in']"]
+    if len(query) != 4:
+        raise ValueError(f"params['query'] must have shape (layers, d_model, heads, head_dim), "
+                         f"got {query}")
+    if len(mlp_in) != 3:
+        raise ValueError(f"params['mlp_in'] must have shape (layers, d_model, mlp_dim), got {mlp_in}")
+    if len(shapes["x"]) != 3:
+        raise ValueError(f"x must have shape (batch, seq, d_model), got {shapes['x']}")
+    layers, d_model, heads, head_dim = query
+    expected = {
+        "params['key']": query,
+        "params['value']": query,
+        "params['out']": (layers, heads, head_dim, d_model),
+        "params['mlp_in']": (layers, d_model, mlp_in[2]),
+        "params['mlp_out']": (layers, mlp_in[2], d_model),
+        "x": (*shapes["x"][:2], d_model),
+    }
+    _expect(shapes, expected, f"to match params['query'] of shape {query}")
 
 
 def transformer_args(
@@ -210,7 +335,9 @@ def transformer_args(
     """Abstract arguments ``(params, x)`` of :func:`transformer_loss`.
 
     Raises:
-        ValueError: If a size is not positive, or ``d_model`` is not a multiple of ``heads``.
+        TypeError: If a size is not an int.
+        ValueError: If a size is not positive, ``d_model`` is not a multiple of ``heads``,
+            or an array (or the attention scores) would be larger than any machine holds.
 
     Examples:
         >>> from remat_guide.models import transformer_args
@@ -218,11 +345,8 @@ def transformer_args(
         >>> params["query"].shape, params["mlp_in"].shape, x.shape
         ((4, 32, 4, 8), (4, 32, 64), (2, 16, 32))
     """
-    sizes = dict(layers=layers, batch=batch, seq=seq, d_model=d_model, heads=heads, mlp_dim=mlp_dim)
-    for name, value in sizes.items():
-        _positive_int(value, name)
-    if d_model % heads:
-        raise ValueError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
+    sizes = _transformer_sizes(layers, batch, seq, d_model, heads, mlp_dim)
+    layers, batch, seq, d_model, heads, mlp_dim = sizes.values()
     head_dim = d_model // heads
     params = {
         "query": _spec(layers, d_model, heads, head_dim),
@@ -244,13 +368,37 @@ def transformer_matmul_flops(
     without checkpointing does about three times this, and recomputing the whole
     forward pass about four times.
 
+    Returns:
+        The count, an exact Python int for any sizes.
+
+    Raises:
+        TypeError: If a size is not an int.
+        ValueError: As for :func:`transformer_args`.
+
     Examples:
         >>> from remat_guide.models import transformer_matmul_flops
         >>> transformer_matmul_flops(layers=1, batch=1, seq=2, d_model=4, heads=2, mlp_dim=8)
         576
     """
+    sizes = _transformer_sizes(layers, batch, seq, d_model, heads, mlp_dim)
+    layers, batch, seq, d_model, heads, mlp_dim = sizes.values()
     tokens = batch * seq
     projections = 4 * 2 * tokens * d_model * d_model  # query, key, value, out
     attention = 2 * 2 * batch * seq * seq * d_model  # scores and the weighted sum of values
     mlp = 2 * 2 * tokens * d_model * mlp_dim
     return layers * (projections + attention + mlp)
+
+
+def _transformer_sizes(layers: Any, batch: Any, seq: Any, d_model: Any, heads: Any,
+                       mlp_dim: Any) -> dict[str, int]:
+    sizes = _sizes(layers=layers, batch=batch, seq=seq, d_model=d_model, heads=heads,
+                   mlp_dim=mlp_dim)
+    layers, batch, seq, d_model, heads, mlp_dim = sizes.values()
+    if d_model % heads:
+        raise ValueError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
+    _fits(sizes, **{"params['query']": (layers, d_model, d_model),
+                    "params['mlp_in']": (layers, d_model, mlp_dim),
+                    "x": (batch, seq, d_model),
+                    "the attention scores": (batch, heads, seq, seq),
+                    "the MLP activations": (layers, batch, seq, mlp_dim)})
+    return sizes

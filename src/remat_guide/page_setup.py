@@ -7,12 +7,31 @@ import types
 from typing import Any
 
 
+# The site's plot style; svg.hashsalt fixes the ids that matplotlib would otherwise draw at random.
+PLOT_STYLE = {
+    "svg.hashsalt": "remat-guide",
+    "axes.formatter.useoffset": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "font.size": 11,
+    "legend.fontsize": 10,
+    "legend.frameon": False,
+    "figure.figsize": (8, 4.5),
+}
+
+
 def _cell_name(compiler: Any, raw_code: str, transformed_code: str, number: int) -> str:
     return f"<cell {number}>"
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """Sets up a page's kernel; run by ``%load_ext remat_guide.page_setup`` in its first cell.
+
+    Plots come out as SVG (crisp at any zoom) in one style for the whole site: no offset
+    tick labels, legends in readable type, and files without a date or random ids, so that
+    they too are identical from build to build.
 
     Three things would otherwise change between builds:
 
@@ -21,7 +40,8 @@ def load_ipython_extension(ipython: Any) -> None:
       :func:`remat_guide.saved_residuals` quote are the same on every build.
     - Tracebacks use IPython's minimal mode: the exception alone, without the paths of the
       machine that built the site.
-    - The kernel sends printed text once per cell. By default it sends it every 0.2 s and
+    - The kernel sends printed text once per cell (and before each table or plot the cell
+      displays). By default it sends it every 0.2 s and
       MyST-NB strips the end of each piece before joining them, so the blank lines of an
       output depended on timing. Loading prints nothing, so that no 0.2 s send is left
       pending when the interval changes.
@@ -34,3 +54,9 @@ def load_ipython_extension(ipython: Any) -> None:
             stream.flush_interval = 3600.0
     ipython.compile.get_code_name = types.MethodType(_cell_name, ipython.compile)
     ipython.InteractiveTB.set_mode(mode="Minimal")
+    import matplotlib
+
+    matplotlib.rcParams.update(PLOT_STYLE)
+    ipython.run_line_magic("config", "InlineBackend.figure_formats = ['svg']")
+    ipython.run_line_magic(
+        "config", "InlineBackend.print_figure_kwargs = {'bbox_inches': 'tight', 'metadata': {'Date': None}}")

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
 
+from remat_guide import validation
 from remat_guide.compare import (
     STANDARD_POLICIES,
     PolicyRow,
     _call,
-    _checkpoint_names,
+    _check_baseline,
+    _check_inputs,
     _measure,
     compare_policies,
 )
@@ -43,8 +45,9 @@ def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
                 "names: loss_for(policy) tags no value with checkpoint_name, so there is no "
                 "name to choose; tag values with jax.ad_checkpoint.checkpoint_name")
         return tuple(tagged)
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise TypeError(f"names must be None or a sequence of str, got {type(names).__name__}")
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"names must be None or an iterable of str, got {type(names).__name__}")
+    names = list(names)
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"names must hold str values, got {type(name).__name__}")
@@ -64,7 +67,7 @@ def plan_names(
     loss_for: Callable[[Any], Callable[..., jax.Array]],
     *args: Any,
     budget_bytes: int,
-    names: Sequence[str] | None = None,
+    names: Iterable[str] | None = None,
     argnums: int | tuple[int, ...] = 0,
     measured: dict | None = None,
 ) -> PolicyRow:
@@ -119,7 +122,8 @@ def plan_names(
 
     Raises:
         TypeError: If ``loss_for`` is not callable, ``budget_bytes`` is not an int,
-            ``names`` is not a sequence of str, or ``measured`` is not a dict.
+            ``names`` is not an iterable of str, ``measured`` is not a dict, or an
+            argument is wrong as for :func:`compare_policies`.
         ValueError: If ``budget_bytes`` is not positive, ``names`` is empty, repeats a
             name or holds one the model does not tag, the model tags nothing, ``measured``
             holds rows of another model or other arguments, or no candidate fits; that
@@ -147,21 +151,20 @@ def plan_names(
         ...
         ValueError: nothing fits budget_bytes=1: the smallest temporary memory reached is ... bytes, with ...
     """
-    if not callable(loss_for):
-        raise TypeError(f"loss_for must be callable, got {type(loss_for).__name__}")
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
-        raise TypeError(f"budget_bytes must be an int, got {type(budget_bytes).__name__}")
+    validation.callable_arg(loss_for, "loss_for")
+    budget_bytes = validation.integer(budget_bytes, "budget_bytes")
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if measured is None:
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
+    argnums = _check_inputs(args, argnums)
+    names = _names(names, _check_baseline(loss_for, args, argnums))
     key = _fingerprint(loss_for, args, argnums)
     if measured.setdefault(_ARGUMENTS, key) != key:
         raise ValueError("measured holds rows of another loss_for, other args or argnums; "
                          "start each model with an empty dict")
-    names = _names(names, _checkpoint_names(loss_for, args))
 
     labels = ["no checkpoint", *STANDARD_POLICIES]
     compiled = 0

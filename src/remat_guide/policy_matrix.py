@@ -6,13 +6,16 @@ from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import pandas as pd
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
+from remat_guide import validation
 from remat_guide.residuals import Residual, Residuals, saved_residuals
+from remat_guide.tables import Table
 
 __all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
-           "keeps", "matrix_markdown", "policy_label"]
+           "keeps", "matrix_markdown", "matrix_table", "policy_label"]
 
 BATCH, SEQ, WIDTH = 2, 4, 8
 
@@ -21,6 +24,7 @@ COLUMNS = ("inputs", "matmul", "batched matmul", "convolution", "named 'proj'", 
 """The kinds of values in :func:`example_model`, in the order the matrix shows them."""
 
 SAVED, OFFLOADED, NOT_KEPT = "saved", "offloaded", "not kept"
+_JAX_POLICIES_MODULE = jax.checkpoint_policies.nothing_saveable.__module__
 
 
 def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
@@ -38,11 +42,23 @@ def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
     Returns:
         A scalar.
 
+    Raises:
+        TypeError: If an argument is not a floating-point array.
+        ValueError: If an argument does not have the shape above.
+
     Examples:
         >>> from remat_guide.policy_matrix import example_inputs, example_model
         >>> example_model(*example_inputs()).shape
         ()
     """
+    for name, value, shape in (("w", w, (WIDTH, WIDTH)), ("kernel", kernel, (1, 1, 3, 3)),
+                               ("x", x, (BATCH * SEQ, WIDTH))):
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"{name} must be an array, got {type(value).__name__}")
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            raise TypeError(f"{name} must have a floating dtype, got {value.dtype}")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
     proj = checkpoint_name(x @ w, "proj")
     act = checkpoint_name(jnp.tanh(proj), "act")
     seq = act.reshape(BATCH, SEQ, WIDTH)
@@ -204,7 +220,9 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
         recomputes such values if it needs them).
 
     Raises:
-        TypeError: If ``policy`` is neither callable nor ``None``.
+        TypeError: If ``policy`` is neither ``None`` nor callable as
+            ``policy(prim, *avals, **params)``, answers other than True/False (or
+            ``Saveable``, ``Recompute``, ``Offloadable``), or ``checkpointed`` is not a bool.
         ValueError: If a policy is given with ``checkpointed=False``.
 
     Examples:
@@ -216,8 +234,15 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
     """
     if policy is not None and not callable(policy):
         raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+    checkpointed = validation.boolean(checkpointed, "checkpointed")
     if not checkpointed and policy is not None:
         raise ValueError("policy must be None when checkpointed=False")
+    if policy is not None:
+        name = f"policy {policy_label(policy)}"
+        validation.policy(policy, name)
+        if getattr(policy, "__module__", None) != _JAX_POLICIES_MODULE:
+            # JAX treats some of its own policies by identity: only the user's are wrapped.
+            policy = validation.PolicyProbe(policy, name)
     fn = jax.checkpoint(example_model, policy=policy) if checkpointed else example_model
     residuals = saved_residuals(fn, *example_inputs())
     places: dict[str, set[str]] = {column: set() for column in COLUMNS}
@@ -247,7 +272,9 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
         The table as Markdown text.
 
     Raises:
-        ValueError: If a row lacks one of :data:`COLUMNS`.
+        TypeError: If ``rows`` is not a mapping of mappings, or a label or cell is not a str.
+        ValueError: If a row lacks one of :data:`COLUMNS` or has another column, or a
+            label or cell holds ``|`` or a line break (which would break the table).
 
     Examples:
         >>> from remat_guide.policy_matrix import COLUMNS, matrix_markdown
@@ -256,9 +283,80 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
     """
     lines = ["| policy | " + " | ".join(COLUMNS) + " |",
              "|" + "---|" * (len(COLUMNS) + 1)]
+    if not isinstance(rows, Mapping):
+        raise TypeError(f"rows must be a mapping from labels to rows, got {type(rows).__name__}")
     for label, row in rows.items():
+        validation.string(label, "rows: each label")
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows[{label!r}] must be a mapping from columns to cells, "
+                            f"got {type(row).__name__}")
         missing = [c for c in COLUMNS if c not in row]
         if missing:
             raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+        extra = [c for c in row if c not in COLUMNS]
+        if extra:
+            raise ValueError(f"rows[{label!r}] has columns the table does not show: {extra}")
+        for text, what in [(label, "rows: the label"),
+                           *((row[c], f"rows[{label!r}][{c!r}]") for c in COLUMNS)]:
+            validation.string(text, what)
+            if "|" in text or "\n" in text:
+                raise ValueError(f"{what} must not hold '|' or a line break, got {text!r}")
         lines.append(f"| {label} | " + " | ".join(row[c] for c in COLUMNS) + " |")
     return "\n".join(lines)
+
+
+# What a cell of the matrix table says, given what keeps() found for the policy and for the
+# model without jax.checkpoint. A value that the plain backward pass does not keep is one it
+# never reads; one that it keeps but the policy does not is recomputed.
+KEPT, RECOMPUTED, NEVER_READ = "kept", "recomputed", "never read"
+_SHOWN = {SAVED: KEPT, OFFLOADED: OFFLOADED, f"{SAVED} + {OFFLOADED}": f"{KEPT} + {OFFLOADED}"}
+
+
+def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, str]) -> Table:
+    """The policy matrix as a colour-coded table: one row per policy, one column per kind of value.
+
+    Args:
+        rows: For each row label, a mapping from every column of :data:`COLUMNS` to its
+            cell, as returned by :func:`keeps`. Labels may hold HTML (links).
+        baseline: The row of the model without ``jax.checkpoint``
+            (``keeps(None, checkpointed=False)[1]``), which tells a value the backward
+            pass needs from one it never reads.
+
+    Returns:
+        A :class:`~remat_guide.tables.Table` whose cells say ``"kept"``, ``"offloaded"``,
+        ``"kept + offloaded"``, ``"recomputed"`` (the policy does not keep a value the
+        backward pass needs) or ``"never read"``, each with a CSS class
+        ``remat-<state>`` that the site's stylesheet colours.
+
+    Raises:
+        ValueError: If a row or the baseline lacks one of :data:`COLUMNS`.
+
+    Examples:
+        >>> from remat_guide.policy_matrix import COLUMNS, matrix_table
+        >>> baseline = dict.fromkeys(COLUMNS, "not kept") | {"matmul": "saved"}
+        >>> row = dict.fromkeys(COLUMNS, "not kept") | {"inputs": "saved"}
+        >>> frame = matrix_table({"p": row}, baseline).frame
+        >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
+        ('kept', 'recomputed', 'never read')
+    """
+    checked = [("baseline", baseline), *((f"rows[{label!r}]", row) for label, row in rows.items())]
+    for where, row in checked:
+        missing = [c for c in COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"{where} lacks the columns {missing}")
+
+    def shown(column: str, cell: str) -> str:
+        if cell != NOT_KEPT:
+            return _SHOWN.get(cell, cell)
+        return NEVER_READ if baseline[column] == NOT_KEPT else RECOMPUTED
+
+    cells = [[shown(column, row[column]) for column in COLUMNS] for row in rows.values()]
+    frame = pd.DataFrame([[label, *line] for label, line in zip(rows, cells)],
+                         columns=["policy", *COLUMNS])
+    classes = pd.DataFrame([["", *(f"remat-{c.split(' + ')[-1].replace(' ', '-')}" for c in line)]
+                            for line in cells], columns=frame.columns)
+    legend = {"remat-kept": "kept for the backward pass", "remat-offloaded": "offloaded to the host",
+              "remat-recomputed": "recomputed by the backward pass",
+              "remat-never-read": "never read by the backward pass"}
+    return Table(frame, cell_classes=classes, legend=legend, html_columns=["policy"],
+                 table_class="remat-matrix")

@@ -6,13 +6,18 @@ import dataclasses
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core
 import jax.extend.source_info_util
 import numpy as np
+import pandas as pd
+
+from remat_guide.tables import Table
+
+from remat_guide import validation
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
@@ -21,6 +26,7 @@ __all__ = ["Residual", "Residuals", "saved_residuals"]
 _NOTEBOOK_CELL = re.compile(r"ipykernel_\d+|^<cell \d+>$")
 
 KINDS = ("argument", "named", "primitive", "constant")
+MEMORIES = ("device", "host")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,10 @@ class Residual:
             same on every run; empty for arguments and constants.
         memory: Where the value is kept: ``"device"``, or ``"host"`` for a value that a
             policy offloads (``jax.ad_checkpoint.Offloadable``).
+
+    Raises:
+        TypeError: If a field has the wrong type (``shape`` must hold ints).
+        ValueError: If a dimension is negative, or ``kind`` or ``memory`` is unknown.
     """
 
     shape: tuple[int, ...]
@@ -49,10 +59,25 @@ class Residual:
     location: str = ""
     memory: str = "device"
 
+    def __post_init__(self) -> None:
+        shape = tuple(validation.integer(d, "Residual.shape", minimum=0)
+                      for d in validation.iterable(self.shape, "Residual.shape", what="ints"))
+        object.__setattr__(self, "shape", shape)
+        try:
+            object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        except TypeError as error:
+            raise TypeError(f"Residual.dtype must be a NumPy dtype, got {self.dtype!r}") from error
+        for field in ("kind", "name", "location", "memory"):
+            validation.string(getattr(self, field), f"Residual.{field}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Residual.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.memory not in MEMORIES:
+            raise ValueError(f"Residual.memory must be one of {MEMORIES}, got {self.memory!r}")
+
     @property
     def nbytes(self) -> int:
-        """Bytes the value occupies."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        """Bytes the value occupies (an exact Python int for any shape)."""
+        return validation.nbytes(self.shape, self.dtype)
 
     @property
     def source(self) -> str:
@@ -70,10 +95,16 @@ class Residuals(Sequence[Residual]):
     """The residuals of a function, in the order JAX keeps them, with their total size.
 
     Printing it (or leaving it as the last value of a notebook cell) shows a table.
+
+    Raises:
+        TypeError: If ``items`` is not an iterable of :class:`Residual` values.
     """
 
-    def __init__(self, items: Sequence[Residual]) -> None:
-        self._items = tuple(items)
+    def __init__(self, items: Iterable[Residual]) -> None:
+        self._items = tuple(validation.iterable(items, "items", what="Residual values"))
+        for item in self._items:
+            if not isinstance(item, Residual):
+                raise TypeError(f"items must hold Residual values, got {type(item).__name__}")
 
     def __getitem__(self, index):  # type: ignore[override]
         return self._items[index]
@@ -116,6 +147,31 @@ class Residuals(Sequence[Residual]):
 
         rule = "  ".join("-" * w for w in widths)
         return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The residuals as a DataFrame: one row each, with exact byte counts.
+
+        Returns:
+            A DataFrame with the columns ``type`` (as in :attr:`Residual.type_str`),
+            ``bytes``, ``kind``, ``name``, ``location`` and ``memory``.
+
+        Examples:
+            >>> import jax.numpy as jnp
+            >>> from remat_guide import saved_residuals
+            >>> frame = saved_residuals(lambda x: jnp.sum(jnp.sin(x)), jnp.ones(3)).to_pandas()
+            >>> frame[["type", "bytes", "kind", "name"]].to_dict("records")
+            [{'type': 'f32[3]', 'bytes': 12, 'kind': 'primitive', 'name': 'cos'}]
+        """
+        return pd.DataFrame(
+            [(r.type_str, r.nbytes, r.kind, r.name, r.location, r.memory) for r in self._items],
+            columns=["type", "bytes", "kind", "name", "location", "memory"])
+
+    def _repr_html_(self) -> str:
+        count = len(self._items)
+        frame = pd.DataFrame([(r.type_str, r.nbytes, r.kind, r.source) for r in self._items],
+                             columns=["type", "bytes", "kind", "source"])
+        caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
+        return Table(frame, units={"bytes": "count"}, caption=caption)._repr_html_()
 
     def __str__(self) -> str:
         return self.table()
@@ -164,6 +220,15 @@ def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:
     return names
 
 
+def _check_arguments(f: Callable, args: tuple, kwargs: dict) -> None:
+    """The arguments of a function to differentiate: arrays, at least one floating-point."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    names = _argument_names(f, args, kwargs)
+    validation.arguments(leaves, names)
+    validation.require_floating(leaves, names, every=False,
+                                why="only floating-point values have gradients, as for jax.grad")
+
+
 def _trace_vjp(f: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
     """Traces ``jax.vjp(f, *args, **kwargs)`` over the flattened arguments.
 
@@ -176,13 +241,35 @@ def _trace_vjp(f: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
         call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
         return f(*call_args, **call_kwargs)
 
-    closed, (out_shape, vjp_shape) = jax.make_jaxpr(
-        lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
-    )(*leaves)
+    try:
+        closed, (out_shape, vjp_shape) = jax.make_jaxpr(
+            lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
+        )(*leaves)
+    except TypeError as error:
+        _explain_policy_error(flat_f, leaves, error)
+        raise
     return closed.jaxpr, out_shape, vjp_shape
 
 
-def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
+def _explain_policy_error(flat_f: Callable, leaves: list, error: TypeError) -> None:
+    """Names the policy of ``f``'s ``jax.checkpoint`` that a TypeError came from, if one did."""
+    from remat_guide.policy_matrix import policy_label  # policy_matrix imports this module
+
+    try:
+        forward = jax.make_jaxpr(flat_f)(*leaves).jaxpr
+    except Exception:  # the error is not the policy's: the original one is raised
+        return
+    policies = [e.params["policy"] for e in validation.walk(forward)
+                if e.primitive.name in validation.CHECKPOINT_PRIMITIVES and e.params.get("policy")]
+    for policy in policies:
+        validation.policy(policy, f"the policy {policy_label(policy)} of a jax.checkpoint in f")
+    if policies and "remat policy" in str(error):
+        labels = ", ".join(dict.fromkeys(policy_label(p) for p in policies))
+        raise TypeError(f"a jax.checkpoint policy in f ({labels}) answered other than True/False "
+                        f"(or Saveable, Recompute, Offloadable(...)): {error}") from error
+
+
+def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
     """Lists what ``jax.grad`` of ``f`` keeps from the forward pass for the backward pass.
 
     The same question as ``jax.ad_checkpoint.print_saved_residuals``, answered as data:
@@ -191,16 +278,24 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
     be ``jax.ShapeDtypeStruct`` values.
 
     Args:
-        f: The function to differentiate. Its arguments may be pytrees.
+        f: The function to differentiate (positional only, so ``f`` may itself take a
+            keyword argument named ``f``). Its arguments may be pytrees; its output
+            must be floating-point arrays.
         *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
-            ``jax.ShapeDtypeStruct`` values.
+            ``jax.ShapeDtypeStruct`` values. At least one must be floating-point.
         **kwargs: Keyword arguments for ``f``, traced like the positional ones.
 
     Returns:
         The residuals, in the order JAX keeps them, with their ``total_bytes``.
 
     Raises:
-        TypeError: If ``f`` is not callable.
+        TypeError: If ``f`` is not callable, an argument is not an array, a number or
+            a ``jax.ShapeDtypeStruct``, no argument is floating-point (there is nothing
+            to differentiate), an output of ``f`` is not floating-point, or the policy
+            of a ``jax.checkpoint`` in ``f`` has the wrong signature or answers other
+            than True/False (the message names the policy).
+        ValueError: If an argument has a negative dimension or a size no machine
+            holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
 
     Examples:
         >>> import jax
@@ -221,9 +316,10 @@ def saved_residuals(f: Callable, *args: Any, **kwargs: Any) -> Residuals:
         ------  -----  --------  ----------
         total      12            1 residual
     """
-    if not callable(f):
-        raise TypeError(f"f must be callable, got {type(f).__name__}")
-    jaxpr, _, vjp_shape = _trace_vjp(f, args, kwargs)
+    validation.callable_arg(f, "f")
+    _check_arguments(f, args, kwargs)
+    jaxpr, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
+    validation.check_outputs(out_shape, "f")
     num_residuals = jax.tree_util.tree_structure(vjp_shape).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
 

@@ -3,8 +3,9 @@
 The "What changed across versions" page runs this file under several JAX versions, each in
 its own interpreter, and compares the documents side by side. So the file is also a plain
 script: ``python version_probe.py`` prints the document to stdout. It needs only the
-standard library and JAX (it imports nothing from ``remat_guide``), because the older
-environments hold JAX and its dependencies alone.
+standard library and JAX (only :func:`comparison_table`, which runs in the site's own
+environment, imports from ``remat_guide``), because the older environments hold JAX and its
+dependencies alone.
 
 Everything in the document is deterministic: no memory addresses, no absolute paths, no
 timings. Each probe item catches its own exceptions and records them as
@@ -451,8 +452,8 @@ def _values_differ(values: list[Any]) -> bool:
 
 
 def comparison_table(first_header: str, versions: list[str],
-                     rows: list[tuple[str, list[Any]]], code: bool = True) -> str:
-    """An HTML table: one row per item, one column per version, and a "changed" column.
+                     rows: list[tuple[str, list[Any]]], code: bool = True) -> Any:
+    """A table: one row per item, one column per version, and a "changed" column.
 
     A row is marked (its label in bold, "changed" in the last column) when its values are
     not all equal. Values are shown as text (``code=True`` sets them in ``<code>``).
@@ -464,7 +465,8 @@ def comparison_table(first_header: str, versions: list[str],
         code: Whether to set the values in ``<code>``.
 
     Returns:
-        The table as one HTML string.
+        A :class:`~remat_guide.tables.Table` (HTML in a notebook) of CSS class
+        ``versions-table``; changed rows carry the class ``remat-changed``.
 
     Raises:
         ValueError: If ``versions`` is empty or a row has a value count other than
@@ -472,32 +474,35 @@ def comparison_table(first_header: str, versions: list[str],
 
     Examples:
         >>> from remat_guide.version_probe import comparison_table
-        >>> print(comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])]))  # doctest: +NORMALIZE_WHITESPACE
-        <table class="table versions-table"><thead><tr><th>item</th><th>1</th><th>2</th><th></th></tr></thead>
-        <tbody><tr><td>a</td><td><code>x</code></td><td><code>x</code></td><td></td></tr>
-        <tr><td><strong>b</strong></td><td><code>x</code></td><td><code>y</code></td><td><strong>changed</strong></td></tr></tbody></table>
+        >>> table = comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])])
+        >>> print(table)
+        item        1        2
+           a <code>x</code> <code>x</code>
+           b <code>x</code> <code>y</code> changed
+        >>> '<td class="data row1 col0 remat-changed" >b</td>' in table._repr_html_()
+        True
     """
+    # Imported here: the older JAX environments that run this file as a script have no pandas.
+    import pandas as pd
+
+    from remat_guide.tables import Table
+
     if not isinstance(versions, list) or not versions:
         raise ValueError("versions must be a non-empty list")
     for label, values in rows:
         if len(values) != len(versions):
             raise ValueError(f"row {label!r} has {len(values)} values for {len(versions)} versions")
-    esc = html.escape
 
     def cell(value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        return f"<code>{esc(text)}</code>" if code and text != ABSENT else esc(text)
+        text = html.escape(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        return f"<code>{text}</code>" if code and value != ABSENT else text
 
-    head = "".join(f"<th>{esc(h)}</th>" for h in [first_header, *versions, ""])
-    body = []
-    for label, values in rows:
-        changed = _values_differ(values)
-        name = f"<strong>{esc(label)}</strong>" if changed else esc(label)
-        mark = "<strong>changed</strong>" if changed else ""
-        body.append(f"<tr><td>{name}</td>{''.join(f'<td>{cell(v)}</td>' for v in values)}"
-                    f"<td>{mark}</td></tr>")
-    return (f'<table class="table versions-table"><thead><tr>{head}</tr></thead>\n'
-            f"<tbody>{chr(10).join(body)}</tbody></table>")
+    columns = [first_header, *versions, ""]
+    frame = pd.DataFrame([[label, *map(cell, values), "changed" if _values_differ(values) else ""]
+                          for label, values in rows], columns=columns)
+    marked = ["remat-changed" if _values_differ(values) else "" for _, values in rows]
+    classes = pd.DataFrame([[mark, *[""] * len(versions), mark] for mark in marked], columns=columns)
+    return Table(frame, cell_classes=classes, html_columns=versions, table_class="versions-table")
 
 
 def changed_rows(rows: list[tuple[str, list[Any]]]) -> list[str]:

@@ -1,0 +1,180 @@
+"""Result tables as HTML for notebooks and the site: right-aligned numbers in labelled units."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["KINDS", "Table", "unit_for"]
+
+BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
+
+# How a numeric column is shown: "bytes" and "flops" in one unit per column, chosen from
+# the column's largest value; "ratio" as a multiple; "count" as an integer with separators.
+KINDS = ("bytes", "flops", "ratio", "count")
+
+
+def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
+    """The unit in which a column of byte or FLOP counts reads best.
+
+    Args:
+        values: The column's values.
+        kind: ``"bytes"`` (B, KiB, MiB, GiB) or ``"flops"`` (FLOP up to TFLOP).
+
+    Returns:
+        The pair of the unit's name and its size in bytes or FLOPs, for the largest unit
+        that the largest value reaches at least once.
+
+    Raises:
+        ValueError: If ``kind`` is neither ``"bytes"`` nor ``"flops"``.
+
+    Examples:
+        >>> from remat_guide.tables import unit_for
+        >>> unit_for([512, 3 * 2**20], "bytes")
+        ('MiB', 1048576)
+        >>> unit_for([0], "flops")
+        ('FLOP', 1)
+    """
+    if kind not in ("bytes", "flops"):
+        raise ValueError(f"kind must be 'bytes' or 'flops', got {kind!r}")
+    units = BYTE_UNITS if kind == "bytes" else FLOP_UNITS
+    largest = max((abs(v) for v in values), default=0)
+    for name, size in units:
+        if largest >= size:
+            return name, size
+    return units[-1]
+
+
+def _formatter(kind: str, size: int) -> Any:
+    if kind == "ratio":
+        return lambda v: "" if pd.isna(v) else f"{v:.3f}×"
+    if kind == "count" or size == 1:
+        return lambda v: "" if pd.isna(v) else f"{int(v):,}"
+    return lambda v: "" if pd.isna(v) else f"{v / size:,.2f}"
+
+
+def _breakable(value: Any) -> str:
+    """Escaped text that may wrap after an underscore: long policy names stay readable."""
+    return html.escape(str(value)).replace("_", "_<wbr>")
+
+
+class Table:
+    """A table to show: the values as a DataFrame, rendered as HTML in a notebook.
+
+    Numeric columns are right-aligned; byte and FLOP columns are shown in one unit each,
+    named in the header (``temp (MiB)``), while the ``frame`` attribute keeps the exact values.
+    ``str()`` gives the same table as plain text.
+
+    Args:
+        frame: The values, one row per line of the table; the index is not shown.
+        units: For each numeric column to format, one of :data:`KINDS`.
+        cell_classes: CSS classes for cells, a DataFrame shaped like ``frame``
+            (empty strings for none); the site's stylesheet colours some of them.
+        caption: A caption shown above the table.
+        legend: For a key shown above the table, each CSS class of ``cell_classes``
+            mapped to what it means.
+        html_columns: The columns whose cells are HTML (links, code), shown as they
+            are; every other cell is escaped.
+        table_class: Further CSS classes of the ``<table>`` element.
+
+    Raises:
+        TypeError: If ``frame`` is not a DataFrame or ``cell_classes`` is given and is not one.
+        ValueError: If ``units`` names a column that ``frame`` lacks or a kind not in
+            :data:`KINDS`, or ``cell_classes`` is not shaped like ``frame``.
+
+    Examples:
+        >>> import pandas as pd
+        >>> from remat_guide.tables import Table
+        >>> table = Table(pd.DataFrame({"policy": ["a", "b"], "temp": [2**20, 3 * 2**20]}),
+        ...               units={"temp": "bytes"})
+        >>> print(table)
+        policy  temp (MiB)
+             a        1.00
+             b        3.00
+        >>> '<td class="data row1 col1 num" >3.00</td>' in table._repr_html_()
+        True
+    """
+
+    def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,
+                 cell_classes: pd.DataFrame | None = None, caption: str | None = None,
+                 legend: Mapping[str, str] | None = None, html_columns: Iterable[str] = (),
+                 table_class: str = "") -> None:
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+        units = dict(units or {})
+        for column, kind in units.items():
+            if column not in frame.columns:
+                raise ValueError(f"units names {column!r}, which frame lacks; it has {list(frame.columns)}")
+            if kind not in KINDS:
+                raise ValueError(f"units[{column!r}] must be one of {KINDS}, got {kind!r}")
+        if cell_classes is not None:
+            if not isinstance(cell_classes, pd.DataFrame):
+                raise TypeError(f"cell_classes must be a DataFrame, got {type(cell_classes).__name__}")
+            if cell_classes.shape != frame.shape:
+                raise ValueError(f"cell_classes has shape {cell_classes.shape}, frame has {frame.shape}")
+        self.frame = frame
+        self.units = units
+        self.cell_classes = cell_classes
+        self.caption = caption
+        self.legend = dict(legend or {})
+        self.html_columns = tuple(html_columns)
+        for column in self.html_columns:
+            if column not in frame.columns:
+                raise ValueError(f"html_columns names {column!r}, which frame lacks")
+        self.table_class = table_class
+
+    def _shown(self) -> tuple[pd.DataFrame, dict[str, Any]]:
+        headers, formatters = {}, {}
+        for column, kind in self.units.items():
+            name, size = ("", 1)
+            if kind in ("bytes", "flops"):
+                name, size = unit_for(self.frame[column].dropna(), kind)
+            headers[column] = f"{column} ({name})" if name else column
+            formatters[headers[column]] = _formatter(kind, size)
+        return self.frame.rename(columns=headers), formatters
+
+    def _repr_html_(self) -> str:
+        shown, formatters = self._shown()
+        classes = pd.DataFrame("", index=shown.index, columns=shown.columns)
+        if self.cell_classes is not None:
+            classes = pd.DataFrame(self.cell_classes.to_numpy(), index=shown.index, columns=shown.columns)
+        numeric = [i for i, column in enumerate(shown.columns) if column in formatters]
+        for i in numeric:
+            classes.iloc[:, i] = (classes.iloc[:, i] + " num").str.strip()
+        # The id is a hash of the content, so that it is the same on every build.
+        digest = hashlib.sha1(shown.to_csv().encode() + (self.caption or "").encode()).hexdigest()[:10]
+        raw = [headers for column, headers in zip(self.frame.columns, shown.columns)
+               if column in self.html_columns]
+        escaped = [c for c in shown.columns if c not in formatters and c not in raw]
+        styler = shown.style.hide(axis="index")
+        if formatters:
+            styler = styler.format(formatters, subset=list(formatters))
+        if escaped:
+            styler = styler.format(_breakable, subset=escaped)
+        table_class = f"remat-table {self.table_class}".strip()
+        styler = (styler.set_td_classes(classes).set_uuid(digest)
+                  .set_table_attributes(f'class="{table_class}"')
+                  .set_table_styles([{"selector": f"th.col{i}", "props": "text-align: right;"}
+                                     for i in numeric]))
+        if self.caption:
+            styler = styler.set_caption(self.caption)
+        styler.cell_ids = False
+        key = "".join(f'<span class="{html.escape(css)}">{html.escape(text)}</span>'
+                      for css, text in self.legend.items())
+        key = f'<p class="remat-legend">{key}</p>' if key else ""
+        return f'{key}<div class="remat-table-scroll">{styler.to_html()}</div>'
+
+    def __str__(self) -> str:
+        shown, formatters = self._shown()
+        text = shown.to_string(index=False, formatters=formatters)
+        if self.legend:
+            text = "key: " + ", ".join(self.legend.values()) + "\n" + text
+        return f"{self.caption}\n{text}" if self.caption else text
+
+    def __repr__(self) -> str:
+        return str(self)

@@ -1,0 +1,502 @@
+"""Bad input to every public function is refused with a TypeError or ValueError that names the argument.
+
+One table of cases per public function: each case is a call with one bad input, the
+exception it must raise and the name the message must contain. Nothing here compiles a
+program: every case fails while arguments are checked or traced, before XLA.
+"""
+
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+
+from remat_guide import (
+    ApiItem,
+    FlopCount,
+    FwdBwd,
+    Loop,
+    PolicyRow,
+    Residual,
+    Residuals,
+    check_solution,
+    checkpoint_dot_policy,
+    compare_policies,
+    count_flops,
+    fwd_bwd,
+    plan_names,
+    policy_table,
+    recommend_policy,
+    saved_residuals,
+    undocumented,
+)
+from remat_guide import Comparison, models, policy_matrix, tables
+from remat_guide.tables import Table
+from remat_guide.fwd_bwd import Line
+from remat_guide.validation import MAX_BYTES
+
+P = jax.checkpoint_policies
+F32 = jnp.float32
+X = jnp.ones(4)
+W = jnp.ones((2, 2))
+EX = models.exercise_args(3, 2)  # (2, 2), (2, 2), (3, 2) abstract float32
+FRAME = pd.DataFrame({"a": [1]})
+MATRIX_ROW = dict.fromkeys(policy_matrix.COLUMNS, "saved")
+
+
+def sds(*shape, dtype=F32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def total(x):
+    return jnp.sum(jnp.sin(x))
+
+
+def no_return(x):
+    jnp.sum(x)
+
+
+def tagged_loss_for(policy):
+    def loss(x):
+        return jnp.sum(jnp.sin(checkpoint_name(jnp.sin(x), "hidden")))
+
+    return loss if policy is None else jax.checkpoint(loss, policy=policy)
+
+
+def not_a_policy(prim):
+    return True
+
+
+def answers_an_int(prim, *avals, **params):
+    return 1
+
+
+def row(**changes):
+    fields = dict(name="p", policy=None, residual_bytes=1, temp_bytes=2, flops=3,
+                  reported_flops=3, flops_ratio=1.0)
+    fields.update(changes)
+    return PolicyRow(**fields)
+
+
+def mlp_params(layers=2, layers_out=2, d=2):
+    return {"w_in": sds(layers, d, d), "w_out": sds(layers_out, d, d)}
+
+
+def transformer_params(**changes):
+    params, _ = models.transformer_args(layers=1, batch=1, seq=2, d_model=4, heads=2, mlp_dim=4)
+    params.update(changes)
+    return params
+
+
+def eval_loss(loss_for, *args):
+    return lambda: jax.eval_shape(loss_for(None), *args)
+
+
+# (id, call, exception, name the message must contain)
+CASES = {
+    "saved_residuals": [
+        ("f not callable", lambda: saved_residuals(3, X), TypeError, "f"),
+        ("integer input", lambda: saved_residuals(total, jnp.arange(3)), TypeError, "x"),
+        ("missing return", lambda: saved_residuals(no_return, X), ValueError, "f"),
+        ("integer output", lambda: saved_residuals(lambda x: jnp.sum(x).astype(int), X), TypeError, "f"),
+        ("string argument", lambda: saved_residuals(total, "abc"), TypeError, "x"),
+        ("negative dimension", lambda: saved_residuals(total, sds(-1, 2)), ValueError, "x"),
+        ("impossible size", lambda: saved_residuals(total, sds(2**32, 2**32)), ValueError, "x"),
+        ("non-array keyword", lambda: saved_residuals(lambda x, scale: total(x) * scale, X, scale="2"),
+         TypeError, "scale"),
+        ("no arguments", lambda: saved_residuals(lambda: jnp.float32(1)), TypeError, "arguments"),
+        ("checkpoint policy with a wrong signature", lambda: saved_residuals(
+            jax.checkpoint(total, policy=not_a_policy), X), TypeError, "not_a_policy"),
+        ("checkpoint policy answering an int", lambda: saved_residuals(
+            jax.checkpoint(total, policy=answers_an_int), X), TypeError, "answers_an_int"),
+    ],
+    "fwd_bwd": [
+        ("f not callable", lambda: fwd_bwd(None, X), TypeError, "f"),
+        ("integer input", lambda: fwd_bwd(jnp.sin, jnp.arange(3)), TypeError, "x"),
+        ("missing return", lambda: fwd_bwd(no_return, X), ValueError, "f"),
+        ("integer output", lambda: fwd_bwd(lambda x: jnp.floor(x).astype(int), X), TypeError, "f"),
+        ("object argument", lambda: fwd_bwd(total, object()), TypeError, "x"),
+        ("negative dimension", lambda: fwd_bwd(total, sds(3, -2)), ValueError, "x"),
+        ("non-array keyword", lambda: fwd_bwd(lambda x, k: x * k, X, k=[1.0, "a"]), TypeError, "k"),
+        ("checkpoint policy answering an int", lambda: fwd_bwd(
+            jax.checkpoint(jnp.sin, policy=answers_an_int), X), TypeError, "answers_an_int"),
+    ],
+    "compare_policies": [
+        ("loss_for not callable", lambda: compare_policies("mlp", X), TypeError, "loss_for"),
+        ("loss_for returns no function", lambda: compare_policies(lambda p: 3, X), TypeError, "loss_for"),
+        ("non-array argument", lambda: compare_policies(tagged_loss_for, "x"), TypeError, "args[0]"),
+        ("negative dimension", lambda: compare_policies(models.exercise_loss, EX[0], EX[1], sds(-3, 2)),
+         ValueError, "args[2]"),
+        ("impossible argument size", lambda: compare_policies(
+            models.exercise_loss, sds(2**32, 2**32), sds(2**32, 2**32), sds(1, 2**32)), ValueError, "args[0]"),
+        ("impossible program size", lambda: compare_policies(
+            models.exercise_loss, sds(2**29, 2**29), sds(2**29, 2**29), sds(4, 2**29)), ValueError, "loss_for"),
+        ("argnums a float", lambda: compare_policies(models.exercise_loss, *EX, argnums=1.5), TypeError, "argnums"),
+        ("argnums a bool", lambda: compare_policies(models.exercise_loss, *EX, argnums=True), TypeError, "argnums"),
+        ("argnums out of range", lambda: compare_policies(models.exercise_loss, *EX, argnums=(0, 3)),
+         ValueError, "argnums"),
+        ("argnums repeated", lambda: compare_policies(models.exercise_loss, *EX, argnums=[0, -3]),
+         ValueError, "argnums"),
+        ("argnums empty", lambda: compare_policies(models.exercise_loss, *EX, argnums=()), ValueError, "argnums"),
+        ("argnums without arguments", lambda: compare_policies(tagged_loss_for), ValueError, "argnums"),
+        ("integer argument differentiated", lambda: compare_policies(tagged_loss_for, jnp.arange(3)),
+         TypeError, "args[0]"),
+        ("loss not scalar", lambda: compare_policies(lambda p: jnp.sin, X), ValueError, "loss_for"),
+        ("loss integer", lambda: compare_policies(lambda p: lambda x: jnp.sum(x).astype(int), X),
+         TypeError, "loss_for"),
+        ("loss returns None", lambda: compare_policies(lambda p: no_return, X), TypeError, "loss_for"),
+        ("policies a str", lambda: compare_policies(tagged_loss_for, X, policies="dots_saveable"),
+         TypeError, "policies"),
+        ("unknown policy name", lambda: compare_policies(tagged_loss_for, X, policies=["dots_savable"]),
+         ValueError, "policies"),
+        ("policy name needing arguments", lambda: compare_policies(
+            tagged_loss_for, X, policies=["save_only_these_names"]), ValueError, "policies"),
+        ("policy name twice", lambda: compare_policies(
+            tagged_loss_for, X, policies=["dots_saveable", "dots_saveable"]), ValueError, "policies"),
+        ("policy not callable", lambda: compare_policies(tagged_loss_for, X, policies={"mine": 3}),
+         TypeError, "policies['mine']"),
+        ("label not a str", lambda: compare_policies(tagged_loss_for, X, policies={1: P.dots_saveable}),
+         TypeError, "policies"),
+        ("label of the baseline", lambda: compare_policies(
+            tagged_loss_for, X, policies={"no checkpoint": P.dots_saveable}), ValueError, "policies"),
+        ("policy with a wrong signature", lambda: compare_policies(
+            tagged_loss_for, X, policies={"mine": not_a_policy}), TypeError, "policies['mine']"),
+        ("policy answering an int", lambda: compare_policies(
+            tagged_loss_for, X, policies={"mine": answers_an_int}), TypeError, "policies['mine']"),
+        ("a policy factory, not called", lambda: compare_policies(
+            tagged_loss_for, X, policies={"names": P.save_only_these_names}), TypeError, "policies['names']"),
+        ("loss_for ignores its policy", lambda: compare_policies(
+            lambda p: tagged_loss_for(None if p is None else P.nothing_saveable), X,
+            policies=["dots_saveable"]), ValueError, "loss_for"),
+        ("misspelt name in save_only_these_names", lambda: compare_policies(
+            tagged_loss_for, X, policies={"s": P.save_only_these_names("hiden")}),
+         ValueError, "policies['s']"),
+    ],
+    "recommend_policy": [
+        ("budget a float", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=1e6), TypeError,
+         "budget_bytes"),
+        ("budget a bool", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=True), TypeError,
+         "budget_bytes"),
+        ("budget zero", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=0), ValueError, "budget_bytes"),
+        ("budget negative", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=-5), ValueError,
+         "budget_bytes"),
+        ("loss_for not callable", lambda: recommend_policy(None, X, budget_bytes=10), TypeError, "loss_for"),
+        ("non-array argument", lambda: recommend_policy(tagged_loss_for, {"x": "1"}, budget_bytes=10),
+         TypeError, "args[0]['x']"),
+        ("argnums a str", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, argnums="0"),
+         TypeError, "argnums"),
+        ("policies an int", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, policies=3),
+         TypeError, "policies"),
+    ],
+    "plan_names": [
+        ("budget a float", lambda: plan_names(tagged_loss_for, X, budget_bytes=1e6), TypeError,
+         "budget_bytes"),
+        ("budget zero", lambda: plan_names(tagged_loss_for, X, budget_bytes=0), ValueError,
+         "budget_bytes"),
+        ("loss_for not callable", lambda: plan_names(None, X, budget_bytes=10), TypeError, "loss_for"),
+        ("non-array argument", lambda: plan_names(tagged_loss_for, {"x": "1"}, budget_bytes=10),
+         TypeError, "args[0]['x']"),
+        ("argnums a str", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, argnums="0"),
+         TypeError, "argnums"),
+        ("names a str", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names="hidden"),
+         TypeError, "names"),
+        ("names empty", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names=[]),
+         ValueError, "names"),
+        ("a name not tagged", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names=["hiden"]),
+         ValueError, "names"),
+        ("no tags at all", lambda: plan_names(lambda p: jnp.sum, X, budget_bytes=10), ValueError,
+         "names"),
+        ("measured a list", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, measured=[]),
+         TypeError, "measured"),
+    ],
+    "Comparison": [
+        ("rows an int", lambda: Comparison(3), TypeError, "rows"),
+        ("a row not a PolicyRow", lambda: Comparison([row(), ("x", 1)]), TypeError, "rows"),
+    ],
+    "tables.Table": [
+        ("frame a dict", lambda: Table({"a": [1]}), TypeError, "frame"),
+        ("units names a missing column", lambda: Table(FRAME, units={"b": "bytes"}), ValueError, "units"),
+        ("unknown unit kind", lambda: Table(FRAME, units={"a": "seconds"}), ValueError, "units"),
+        ("cell_classes a list", lambda: Table(FRAME, cell_classes=[["x"]]), TypeError, "cell_classes"),
+        ("cell_classes of another shape",
+         lambda: Table(FRAME, cell_classes=pd.DataFrame({"a": ["x", "y"]})), ValueError, "cell_classes"),
+        ("html_columns names a missing column", lambda: Table(FRAME, html_columns=["b"]), ValueError,
+         "html_columns"),
+    ],
+    "tables.unit_for": [
+        ("unknown kind", lambda: tables.unit_for([1], "seconds"), ValueError, "kind"),
+    ],
+    "matrix_table": [
+        ("a row lacks a column",
+         lambda: policy_matrix.matrix_table({"p": {"inputs": "saved"}}, MATRIX_ROW), ValueError, "rows"),
+        ("baseline lacks a column",
+         lambda: policy_matrix.matrix_table({"p": MATRIX_ROW}, {"inputs": "saved"}), ValueError, "baseline"),
+    ],
+    "policy_table": [
+        ("rows an int", lambda: policy_table(3), TypeError, "rows"),
+        ("rows a str", lambda: policy_table("rows"), TypeError, "rows"),
+        ("a row not a PolicyRow", lambda: policy_table([row(), {"name": "x"}]), TypeError, "rows"),
+    ],
+    "PolicyRow": [
+        ("negative residual bytes", lambda: row(residual_bytes=-1), ValueError, "residual_bytes"),
+        ("float temp bytes", lambda: row(temp_bytes=1.5), TypeError, "temp_bytes"),
+        ("negative flops", lambda: row(flops=-3), ValueError, "flops"),
+        ("str reported flops", lambda: row(reported_flops="3"), TypeError, "reported_flops"),
+        ("name not a str", lambda: row(name=None), TypeError, "name"),
+        ("policy not callable", lambda: row(policy="dots_saveable"), TypeError, "policy"),
+        ("ratio not a number", lambda: row(flops_ratio="1.0"), TypeError, "flops_ratio"),
+    ],
+    "count_flops": [
+        ("a str", lambda: count_flops("hlo"), TypeError, "compiled"),
+        ("a jitted function, not compiled", lambda: count_flops(jax.jit(total)), TypeError, "compiled"),
+        ("a lowered program", lambda: count_flops(jax.jit(total).lower(X)), TypeError, "compiled"),
+    ],
+    "FlopCount": [
+        ("negative total", lambda: FlopCount(-1, 0, ()), ValueError, "total"),
+        ("float reported", lambda: FlopCount(1, 0.5, ()), TypeError, "reported"),
+        ("loops holding a non-Loop", lambda: FlopCount(1, 1, ("body",)), TypeError, "loops"),
+    ],
+    "Loop": [
+        ("negative trip count", lambda: Loop("body", -1, 10), ValueError, "trip_count"),
+        ("body not a str", lambda: Loop(3, 1, 10), TypeError, "body"),
+        ("negative body flops", lambda: Loop("body", 1, -10), ValueError, "body_flops"),
+    ],
+    "checkpoint_dot_policy": [
+        ("w1 not an array", lambda: checkpoint_dot_policy("w", W, jnp.ones((3, 2))), TypeError, "w1"),
+        ("w2 integer", lambda: checkpoint_dot_policy(W, jnp.ones((2, 2), int), jnp.ones((3, 2))),
+         TypeError, "w2"),
+        ("x 1-D", lambda: checkpoint_dot_policy(W, W, jnp.ones(2)), ValueError, "x"),
+        ("w1 of the wrong shape", lambda: checkpoint_dot_policy(W, W, jnp.ones((3, 5))), ValueError, "w1"),
+        ("w2 of the wrong shape", lambda: checkpoint_dot_policy(W, jnp.ones((2, 3)), jnp.ones((3, 2))),
+         ValueError, "w2"),
+    ],
+    "check_solution": [
+        ("fn not callable", lambda: check_solution("solution"), TypeError, "fn"),
+        ("fn None", lambda: check_solution(None), TypeError, "fn"),
+    ],
+    "Residual": [
+        ("negative dimension", lambda: Residual((-2, 3), np.dtype(F32), "primitive", "sin"), ValueError, "shape"),
+        ("shape a str", lambda: Residual("2,3", np.dtype(F32), "primitive", "sin"), TypeError, "shape"),
+        ("unknown dtype", lambda: Residual((2,), "float99", "primitive", "sin"), TypeError, "dtype"),
+        ("unknown kind", lambda: Residual((2,), np.dtype(F32), "computed", "sin"), ValueError, "kind"),
+        ("unknown memory", lambda: Residual((2,), np.dtype(F32), "primitive", "sin", "", "disk"),
+         ValueError, "memory"),
+        ("name not a str", lambda: Residual((2,), np.dtype(F32), "primitive", 3), TypeError, "name"),
+        ("location not a str", lambda: Residual((2,), np.dtype(F32), "primitive", "sin", None),
+         TypeError, "location"),
+    ],
+    "Residuals": [
+        ("items an int", lambda: Residuals(3), TypeError, "items"),
+        ("items holding a str", lambda: Residuals(["sin"]), TypeError, "items"),
+        ("by_kind unknown", lambda: Residuals([]).by_kind("computed"), ValueError, "kind"),
+    ],
+    "FwdBwd": [
+        ("forward an int", lambda: FwdBwd(3, []), TypeError, "forward"),
+        ("backward holding a str", lambda: FwdBwd([], ["a = sin b"]), TypeError, "backward"),
+        ("Line depth negative", lambda: Line("a", depth=-1), ValueError, "depth"),
+        ("Line mark unknown", lambda: Line("a", mark="kept"), ValueError, "mark"),
+        ("Line text not a str", lambda: Line(None), TypeError, "text"),
+    ],
+    "ApiItem": [
+        ("unknown group", lambda: ApiItem("function", "checkpoint", "api-checkpoint"), ValueError, "group"),
+        ("empty name", lambda: ApiItem("policy", "", "policy-"), ValueError, "name"),
+        ("label not a str", lambda: ApiItem("policy", "dots_saveable", None), TypeError, "label"),
+    ],
+    "undocumented": [
+        ("an int", lambda: undocumented(3), TypeError, "documented_labels"),
+        ("a single str", lambda: undocumented("api-checkpoint"), TypeError, "documented_labels"),
+        ("holding a non-str", lambda: undocumented(["api-checkpoint", 3]), TypeError, "documented_labels"),
+    ],
+    "models.exercise_loss": [
+        ("policy not callable", lambda: models.exercise_loss("dots_saveable"), TypeError, "policy"),
+        ("policy with a wrong signature", lambda: models.exercise_loss(not_a_policy), TypeError, "policy"),
+        ("w1 of the wrong shape", eval_loss(models.exercise_loss, sds(3, 3), EX[1], EX[2]), ValueError, "w1"),
+        ("x integer", eval_loss(models.exercise_loss, EX[0], EX[1], sds(3, 2, dtype=jnp.int32)), TypeError, "x"),
+        ("x 3-D", eval_loss(models.exercise_loss, EX[0], EX[1], sds(1, 3, 2)), ValueError, "x"),
+    ],
+    "models.exercise_args": [
+        ("n zero", lambda: models.exercise_args(0, 4), ValueError, "n"),
+        ("n a str", lambda: models.exercise_args("8", 4), TypeError, "n"),
+        ("d a float", lambda: models.exercise_args(8, 4.0), TypeError, "d"),
+        ("d too large to exist", lambda: models.exercise_args(1, 2**32), ValueError, "d"),
+    ],
+    "models.mlp_unrolled_loss": [
+        ("policy not callable", lambda: models.mlp_unrolled_loss(3), TypeError, "policy"),
+        ("layer counts differ", eval_loss(models.mlp_unrolled_loss, mlp_params(3, 2), sds(4, 2)),
+         ValueError, "params['w_out']"),
+        ("x width differs", eval_loss(models.mlp_unrolled_loss, mlp_params(), sds(4, 3)), ValueError, "x"),
+        ("params missing a key", eval_loss(models.mlp_unrolled_loss, {"w_in": sds(2, 2, 2)}, sds(4, 2)),
+         ValueError, "params"),
+        ("params a list", eval_loss(models.mlp_unrolled_loss, [sds(2, 2, 2)], sds(4, 2)), TypeError, "params"),
+    ],
+    "models.mlp_scan_loss": [
+        ("policy with a wrong signature", lambda: models.mlp_scan_loss(not_a_policy), TypeError, "policy"),
+        ("layer counts differ", eval_loss(models.mlp_scan_loss, mlp_params(2, 3), sds(4, 2)),
+         ValueError, "params['w_out']"),
+        ("w_in not square", eval_loss(models.mlp_scan_loss, {"w_in": sds(2, 2, 3), "w_out": sds(2, 2, 3)},
+                                      sds(4, 2)), ValueError, "params['w_in']"),
+        ("x integer", eval_loss(models.mlp_scan_loss, mlp_params(), sds(4, 2, dtype=jnp.int32)), TypeError, "x"),
+    ],
+    "models.mlp_args": [
+        ("layers zero", lambda: models.mlp_args(0, 4, 4), ValueError, "layers"),
+        ("n a float", lambda: models.mlp_args(2, 4.5, 4), TypeError, "n"),
+        ("d a bool", lambda: models.mlp_args(2, 4, True), TypeError, "d"),
+        ("too large to exist", lambda: models.mlp_args(2**20, 1, 2**22), ValueError, "layers"),
+    ],
+    "models.transformer_loss": [
+        ("policy not callable", lambda: models.transformer_loss([]), TypeError, "policy"),
+        ("out of the wrong shape", eval_loss(models.transformer_loss, transformer_params(out=sds(1, 2, 2, 5)),
+                                             sds(1, 2, 4)), ValueError, "params['out']"),
+        ("x 2-D", eval_loss(models.transformer_loss, transformer_params(), sds(2, 4)), ValueError, "x"),
+        ("x width differs", eval_loss(models.transformer_loss, transformer_params(), sds(1, 2, 8)),
+         ValueError, "x"),
+    ],
+    "models.transformer_args": [
+        ("heads not dividing d_model", lambda: models.transformer_args(1, 1, 2, 6, 4, 8), ValueError, "heads"),
+        ("seq negative", lambda: models.transformer_args(1, 1, -2, 4, 2, 8), ValueError, "seq"),
+        ("mlp_dim a str", lambda: models.transformer_args(1, 1, 2, 4, 2, "8"), TypeError, "mlp_dim"),
+        ("scores too large to exist", lambda: models.transformer_args(1, 1, 2**31, 4, 2, 8), ValueError, "seq"),
+        ("batch zero", lambda: models.transformer_args(1, 0, 2, 4, 2, 8), ValueError, "batch"),
+        ("layers a float", lambda: models.transformer_args(1.0, 1, 2, 4, 2, 8), TypeError, "layers"),
+        ("d_model zero", lambda: models.transformer_args(1, 1, 2, 0, 2, 8), ValueError, "d_model"),
+    ],
+    "models.transformer_matmul_flops": [
+        ("a str size", lambda: models.transformer_matmul_flops("2", 1, 2, 4, 2, 8), TypeError, "layers"),
+        ("negative batch", lambda: models.transformer_matmul_flops(1, -1, 2, 4, 2, 8), ValueError, "batch"),
+        ("heads not dividing d_model", lambda: models.transformer_matmul_flops(1, 1, 2, 5, 2, 8),
+         ValueError, "heads"),
+    ],
+    "policy_matrix.example_model": [
+        ("w of the wrong shape", lambda: policy_matrix.example_model(
+            W, *policy_matrix.example_inputs()[1:]), ValueError, "w"),
+        ("kernel integer", lambda: policy_matrix.example_model(
+            policy_matrix.example_inputs()[0], jnp.ones((1, 1, 3, 3), int), policy_matrix.example_inputs()[2]),
+         TypeError, "kernel"),
+        ("x a list", lambda: policy_matrix.example_model(*policy_matrix.example_inputs()[:2], [[1.0]]),
+         TypeError, "x"),
+    ],
+    "policy_matrix.policy_label": [
+        ("not callable", lambda: policy_matrix.policy_label("dots_saveable"), TypeError, "policy"),
+    ],
+    "policy_matrix.classify": [
+        ("not a Residual", lambda: policy_matrix.classify("dot_general"), TypeError, "residual"),
+    ],
+    "policy_matrix.keeps": [
+        ("policy not callable", lambda: policy_matrix.keeps(3), TypeError, "policy"),
+        ("policy with a wrong signature", lambda: policy_matrix.keeps(not_a_policy), TypeError, "policy"),
+        ("policy answering an int", lambda: policy_matrix.keeps(answers_an_int), TypeError, "policy"),
+        ("a policy factory, not called", lambda: policy_matrix.keeps(P.save_only_these_names),
+         TypeError, "policy"),
+        ("checkpointed a str", lambda: policy_matrix.keeps(None, checkpointed="no"), TypeError, "checkpointed"),
+        ("policy without checkpoint", lambda: policy_matrix.keeps(P.dots_saveable, checkpointed=False),
+         ValueError, "policy"),
+    ],
+    "policy_matrix.matrix_markdown": [
+        ("rows a list", lambda: policy_matrix.matrix_markdown([]), TypeError, "rows"),
+        ("a row a list", lambda: policy_matrix.matrix_markdown({"p": ["saved"]}), TypeError, "rows"),
+        ("a row lacking columns", lambda: policy_matrix.matrix_markdown({"p": {}}), ValueError, "rows"),
+        ("a row with another column", lambda: policy_matrix.matrix_markdown(
+            {"p": {**dict.fromkeys(policy_matrix.COLUMNS, "saved"), "extra": "saved"}}), ValueError, "rows"),
+        ("a cell not a str", lambda: policy_matrix.matrix_markdown(
+            {"p": dict.fromkeys(policy_matrix.COLUMNS, 1)}), TypeError, "rows"),
+        ("a label with a pipe", lambda: policy_matrix.matrix_markdown(
+            {"a|b": dict.fromkeys(policy_matrix.COLUMNS, "saved")}), ValueError, "rows"),
+    ],
+}
+
+PARAMS = [pytest.param(call, error, name, id=f"{function}: {case}")
+          for function, cases in CASES.items() for case, call, error, name in cases]
+
+
+@pytest.mark.parametrize("call, error, name", PARAMS)
+def test_bad_input_is_refused_naming_the_argument(call, error, name):
+    with pytest.raises(error) as info:
+        call()
+    assert type(info.value) is error  # not a subclass from JAX's internals
+    message = str(info.value)
+    assert re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", message), message
+    assert "Traceback" not in message and "<locals>" not in message
+
+
+def test_every_public_function_has_cases():
+    import remat_guide
+
+    covered = {key.rpartition(".")[2] for key in CASES}
+    no_arguments = {"api_items"}  # takes nothing, so nothing can be wrong
+    assert set(remat_guide.__all__) - no_arguments - {"SolutionError"} <= covered | {"Residual"}
+    for module, names in ((models, models.__all__), (policy_matrix, policy_matrix.__all__)):
+        functions = {n for n in names if callable(getattr(module, n))}
+        assert functions - {"example_inputs", "example_policies"} <= covered, module.__name__
+
+
+def test_baseline_that_checkpoints_warns():
+    with pytest.warns(UserWarning, match=r"loss_for\(None\) still uses jax.checkpoint"):
+        with pytest.raises(ValueError, match="unknown policy name"):
+            compare_policies(lambda p: tagged_loss_for(P.nothing_saveable if p is None else p), X,
+                             policies=["nothing"])
+
+
+def test_a_name_some_policy_uses_and_one_it_does_not_warns():
+    policies = {"both": P.save_only_these_names("hidden", "hiden"), "bad": answers_an_int}
+    with pytest.warns(UserWarning, match=r"policies\['both'\].*'hiden'.*the names it tags: 'hidden'"):
+        with pytest.raises(TypeError, match=r"policies\['bad'\]"):
+            compare_policies(tagged_loss_for, X, policies=policies)
+
+
+def test_an_error_inside_a_policy_keeps_its_type_and_names_the_policy():
+    def buggy(prim, *avals, **params):
+        return params["no such parameter"]
+
+    with pytest.raises(KeyError) as info:
+        compare_policies(tagged_loss_for, X, policies={"buggy": buggy})
+    assert any("policies['buggy']" in note for note in info.value.__notes__)
+
+
+def test_the_wrong_name_error_lists_the_names_the_function_tags():
+    with pytest.raises(ValueError, match="the names it tags: 'hidden'"):
+        compare_policies(tagged_loss_for, X, policies={"s": P.save_only_these_names("hiden")})
+
+
+def test_a_function_may_take_a_keyword_named_f():
+    def g(x, f):
+        return jnp.sum(jnp.sin(x) * f)
+
+    assert [(r.kind, r.name) for r in saved_residuals(g, X, f=X)] == [
+        ("argument", "f"), ("primitive", "sin"), ("primitive", "cos")]
+    assert fwd_bwd(g, X, f=X).saved == ("sin", "cos")
+
+
+def test_generators_are_accepted_where_sequences_are():
+    rows = [row(name="a"), row(name="b")]
+    assert policy_table(r for r in rows) == policy_table(rows)
+    assert len(Residuals(r for r in [Residual((2,), np.dtype(F32), "primitive", "sin")])) == 1
+    assert undocumented(item.label for item in __import__("remat_guide").api_items()) == []
+
+
+def test_byte_and_flop_totals_are_exact_python_ints():
+    huge = Residual((2**31, 2**31, 4), np.dtype(F32), "primitive", "sin")
+    assert huge.nbytes == 2**66 and type(huge.nbytes) is int
+    assert Residuals([huge, huge]).total_bytes == 2**67
+    residuals = saved_residuals(total, sds(2**20, 2**20))
+    assert residuals.total_bytes == 2**42 and type(residuals.total_bytes) is int
+    flops = models.transformer_matmul_flops(2**14, 2**10, 2**12, 2**12, 2**5, 2**14)
+    assert type(flops) is int and flops > 2**63
+    assert flops == 2**14 * (8 * 2**22 * 2**24 + 4 * 2**10 * 2**24 * 2**12 + 4 * 2**22 * 2**12 * 2**14)
+    assert type(row(temp_bytes=np.int64(5)).temp_bytes) is int
+
+
+def test_huge_sizes_are_refused_before_xla():
+    # What aborted the process: the arrays of exercise_args(1, 2**32) cannot exist.
+    with pytest.raises(ValueError, match=f"at most {MAX_BYTES:,}"):
+        models.exercise_args(1, 2**32)
+
+
+def test_no_warning_for_good_input():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        saved_residuals(total, X)
+        policy_matrix.keeps(lambda prim, *avals, **params: prim.name == "sin")
