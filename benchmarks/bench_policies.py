@@ -1,4 +1,4 @@
-"""Benchmark of policies on the reference transformer: jit(grad) wall time per policy and compare_policies' own time.
+"""Benchmark of policies on the reference transformer: jit(grad) wall time per policy, compare_policies' and plan_names' own time, and the sharded page's build time.
 
 Run by `make bench`; writes policies.json and policies.md to the folder given by --out.
 Timings belong here, never on the site's pages.
@@ -13,12 +13,13 @@ import pathlib
 import platform
 import re
 import statistics
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 
-from remat_guide import checkpoint_dot_policy, compare_policies, count_flops
+from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, plan_names
 from remat_guide import models
 from remat_guide.compare import STANDARD_POLICIES
 
@@ -27,6 +28,8 @@ COMPARE_TARGET_S = 15.0
 FLOPS_TOLERANCE = 0.03
 EXERCISE_SHAPE = (1024, 512)  # (N, D) of the exercise pipeline
 DOT_OP = re.compile(r"= \S+ dot\(")  # a dot instruction of the compiled HLO
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARDED_PAGE = ROOT / "docs" / "sharded.md"
 
 
 def _random(specs, seed: int = 0):
@@ -48,6 +51,40 @@ def _step_times(loss, args, repeats: int) -> list[float]:
     return [_timed(lambda: jax.block_until_ready(step(*args))) for _ in range(repeats)]
 
 
+def _plan_budgets(rows) -> list[dict]:
+    """plan_names for three budgets, each call on its own (no measured rows shared)."""
+    by_name = {row.name: row for row in rows}
+    low = by_name["nothing_saveable"].temp_bytes
+    mid = by_name["dots_with_no_batch_dims_saveable"].temp_bytes
+    high = by_name["no checkpoint"].temp_bytes
+    specs = models.transformer_args(**CONFIG)
+    results = []
+    for label, budget in (("tight", (low + mid) // 2), ("middle", mid), ("loose", high)):
+        start = time.perf_counter()
+        row = plan_names(models.transformer_loss, *specs, budget_bytes=budget)
+        results.append({"budget": label, "budget_bytes": budget, "seconds": time.perf_counter() - start,
+                        "compiled": row.compiled, "chosen": row.name, "temp_bytes": row.temp_bytes,
+                        "flops_ratio": row.flops_ratio})
+    return results
+
+
+def _page_seconds(page: pathlib.Path) -> float:
+    """Seconds to execute one page's cells on the .venv kernel, as the build does."""
+    os.environ.setdefault("JUPYTER_PATH", str(pathlib.Path(sys.prefix) / "share" / "jupyter"))
+    os.environ["JUPYTER_PLATFORM_DIRS"] = "1"
+    from myst_nb.core.read import read_myst_markdown_notebook
+    from nbclient import NotebookClient
+
+    notebook = read_myst_markdown_notebook(page.read_text(encoding="utf-8"))
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    client = NotebookClient(notebook, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(page.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("_build/bench"))
@@ -64,6 +101,9 @@ def main() -> None:
         models.transformer_loss, *specs, policies=list(STANDARD_POLICIES)))
     rows = []
     all_s = _timed(lambda: rows.extend(compare_policies(models.transformer_loss, *specs)))
+
+    plans = _plan_budgets(rows)
+    sharded_page_s = _page_seconds(SHARDED_PAGE)
 
     analytic = 3 * models.transformer_matmul_flops(**CONFIG)
     baseline = rows[0]
@@ -110,6 +150,8 @@ def main() -> None:
         "flops": {"analytic_matmul_flops_of_grad": analytic, "measured_no_checkpoint": baseline.flops,
                   "xla_reported_no_checkpoint": baseline.reported_flops, "relative_error": flops_error},
         "exercise_flops": exercise,
+        "plan_names": plans,
+        "sharded_page_execute_s": sharded_page_s,
         "jit_grad_step": timings,
         "targets": {
             "compare_policies_standard_under_15s": standard_s < COMPARE_TARGET_S,
@@ -148,6 +190,16 @@ def main() -> None:
         f"| (exercise temp memory, {report['platform']}: checkpoint_dot_policy vs no checkpoint) | "
         f"{exercise['checkpoint_dot_policy']['temp_bytes']:,} vs "
         f"{exercise['no_checkpoint']['temp_bytes']:,} bytes | |",
+        "",
+        "## plan_names on the reference transformer (each budget planned on its own)",
+        "",
+        "| budget | budget MiB | wall s | policies compiled | chosen | temp MiB | FLOPs ratio |",
+        "|---|---:|---:|---:|---|---:|---:|",
+        *[f"| {p['budget']} | {p['budget_bytes'] / 2**20:.2f} | {p['seconds']:.1f} | {p['compiled']} | "
+          f"{p['chosen']} | {p['temp_bytes'] / 2**20:.2f} | {p['flops_ratio']:.3f} |" for p in plans],
+        "",
+        f"Sharded training page (docs/sharded.md, 8 simulated devices): executed in "
+        f"{sharded_page_s:.1f} s.",
         "",
         f"## jit(grad) step time per policy (median of {options.repeats}, warm-up excluded)",
         "",

@@ -14,6 +14,7 @@ import pandas as pd
 from remat_guide import validation
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
+from remat_guide.sharded import is_sharded, residual_shardings
 from remat_guide.tables import Table
 
 __all__ = [
@@ -54,6 +55,12 @@ class PolicyRow:
         flops: The program's FLOPs, each loop body counted once per iteration.
         reported_flops: The FLOPs as ``cost_analysis()`` reports them (loop bodies once).
         flops_ratio: ``flops`` divided by the baseline's.
+        per_device: ``True`` when the arguments are sharded over several devices: then
+            ``residual_bytes``, ``temp_bytes`` and both FLOPs counts are those of one
+            device (the residuals' per-device pieces, the SPMD program XLA compiles for
+            each device), not of the whole computation.
+        compiled: How many policies :func:`plan_names` compiled to find this row (one
+            ``jax.jit(jax.grad)`` program each); 0 in the rows of :func:`compare_policies`.
 
     Raises:
         TypeError: If a field has the wrong type (``policy`` must be callable or None).
@@ -67,6 +74,8 @@ class PolicyRow:
     flops: int
     reported_flops: int
     flops_ratio: float
+    per_device: bool = False
+    compiled: int = 0
 
     def __post_init__(self) -> None:
         validation.string(self.name, "PolicyRow.name")
@@ -79,6 +88,10 @@ class PolicyRow:
         ratio = self.flops_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
             raise TypeError(f"PolicyRow.flops_ratio must be a number, got {type(ratio).__name__}")
+        if not isinstance(self.per_device, bool):
+            raise TypeError(f"PolicyRow.per_device must be a bool, got {type(self.per_device).__name__}")
+        object.__setattr__(self, "compiled",
+                           validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
 
 
 class Comparison(list[PolicyRow]):
@@ -225,7 +238,10 @@ def _measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tup
         )
     compiled = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()
     flops = count_flops(compiled)
-    residual_bytes = saved_residuals(loss, *args).total_bytes
+    if is_sharded(*args):  # the bytes each device holds
+        residual_bytes = sum(r.device_nbytes for r in residual_shardings(loss, *args))
+    else:
+        residual_bytes = saved_residuals(loss, *args).total_bytes
     return residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported
 
 
@@ -243,6 +259,12 @@ def compare_policies(
     program's true FLOPs (see :func:`count_flops`), with the residuals ``jax.grad``
     keeps at the jaxpr level. Arguments may be ``jax.ShapeDtypeStruct`` values, so a
     model too large for this machine can still be measured.
+
+    Arguments may be sharded (arrays placed with a ``jax.sharding.NamedSharding``, or
+    ``jax.ShapeDtypeStruct`` values with a ``sharding``). Then XLA compiles one SPMD
+    program per device, and every row is per device (``per_device`` is ``True``): the
+    temporary memory and FLOPs of that program, and the residuals' per-device pieces
+    (see :func:`remat_guide.sharded.residual_shardings`).
 
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
@@ -307,9 +329,10 @@ def compare_policies(
     for label, policy in chosen.items():
         measured.append((label, policy, _measure(_call(loss_for, policy), args, argnums)))
     base_flops = measured[0][2][2]
+    per_device = is_sharded(*args)
     return Comparison(
         PolicyRow(label, policy, residual, temp, flops, reported,
-                  flops / base_flops if base_flops else float("nan"))
+                  flops / base_flops if base_flops else float("nan"), per_device)
         for label, policy, (residual, temp, flops, reported) in measured
     )
 
@@ -328,6 +351,8 @@ def recommend_policy(
     Among the rows whose ``temp_bytes`` is at most ``budget_bytes``, the one with the
     fewest FLOPs wins; on a tie, the one using less memory. The row's ``policy`` is
     the object to pass to ``jax.checkpoint`` (``None``: no checkpoint is needed).
+    With sharded arguments the rows are per device, so ``budget_bytes`` is the temporary
+    memory of one device.
 
     Args:
         loss_for: As for :func:`compare_policies`.

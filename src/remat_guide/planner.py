@@ -1,0 +1,229 @@
+"""Pick which ``checkpoint_name`` values to save under a memory budget, confirmed by compiling."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+
+from remat_guide import validation
+from remat_guide.compare import (
+    STANDARD_POLICIES,
+    PolicyRow,
+    _call,
+    _check_baseline,
+    _check_inputs,
+    _measure,
+    compare_policies,
+)
+
+__all__ = ["plan_names"]
+
+
+def _label(chosen: Sequence[str]) -> str:
+    return "save_only_these_names(" + ", ".join(repr(n) for n in chosen) + ")"
+
+
+_ARGUMENTS = ("arguments",)  # the key of a measured dict under which the model is recorded
+
+
+def _fingerprint(loss_for: Callable, args: tuple, argnums: Any) -> tuple:
+    """What a measured dict's rows depend on: the model, the arguments' types, argnums."""
+    leaves, tree = jax.tree.flatten(args)
+    types = tuple((tuple(getattr(leaf, "shape", ())), str(getattr(leaf, "dtype", type(leaf))),
+                   str(getattr(leaf, "sharding", None))) for leaf in leaves)
+    return loss_for, tree, types, argnums
+
+
+def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
+    if names is None:
+        if not tagged:
+            raise ValueError(
+                "names: loss_for(policy) tags no value with checkpoint_name, so there is no "
+                "name to choose; tag values with jax.ad_checkpoint.checkpoint_name")
+        return tuple(tagged)
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"names must be None or an iterable of str, got {type(names).__name__}")
+    names = list(names)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"names must hold str values, got {type(name).__name__}")
+    if not names:
+        raise ValueError("names must not be empty (None means every name the model tags)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"names must not repeat a name, got {list(names)}")
+    unknown = [name for name in names if name not in tagged]
+    if unknown:
+        raise ValueError(
+            f"names: {unknown} are not tagged by loss_for(policy); its checkpoint_name tags "
+            f"are {tagged}")
+    return tuple(names)
+
+
+def plan_names(
+    loss_for: Callable[[Any], Callable[..., jax.Array]],
+    *args: Any,
+    budget_bytes: int,
+    names: Iterable[str] | None = None,
+    argnums: int | tuple[int, ...] = 0,
+    measured: dict | None = None,
+) -> PolicyRow:
+    """The set of named values to save with the fewest FLOPs whose compiled memory fits a budget.
+
+    Same conventions as :func:`recommend_policy`: ``loss_for(policy)`` returns the loss,
+    every candidate is measured by compiling ``jax.jit(jax.grad(loss))`` (never run), and
+    the winner is the fitting candidate (``temp_bytes <= budget_bytes``) with the fewest
+    true FLOPs, then the least memory. The candidates are the subsets of ``names``, each
+    as ``jax.checkpoint_policies.save_only_these_names(*subset)``, and, so that the answer
+    is never worse than a preset, the baseline and the standard policies of
+    ``STANDARD_POLICIES``. The returned row's ``name`` lists the chosen names (or names
+    the standard policy, or ``"no checkpoint"``, when no subset of names does as well),
+    its ``policy`` is the object to pass to ``jax.checkpoint``, and its ``compiled``
+    says how many policies were compiled.
+
+    The search:
+
+    1. Compile the baseline and the standard policies (the empty set of names is
+       ``nothing_saveable``), then each name alone.
+    2. Walk down from the set of all names: compile a set; if it fits, it is a candidate
+       and the walk stops there (a subset saves less, so it cannot take fewer FLOPs); if
+       it does not fit and takes fewer FLOPs than the best candidate so far, try each set
+       with one name fewer. A set is skipped without compiling when a compiled superset
+       already takes at least the FLOPs of the best candidate.
+    3. The skips assume that saving more names never adds FLOPs. Every pair of compiled
+       sets is checked against that; if one contradicts it, every remaining subset is
+       compiled.
+
+    Every decision is taken on compiled numbers, none on an estimate. The cost is
+    ``5 + len(names)`` compilations, plus those of step 2: one when all names fit, and up
+    to all ``2 ** len(names)`` subsets when the budget is tight (compiled memory does not
+    always grow with the set saved, so every set with fewer FLOPs than the answer has to
+    be compiled to show that it does not fit). The measurements do not depend on the
+    budget: to plan several budgets for the same model, pass the same ``measured`` dict
+    to each call, and no policy is compiled twice.
+
+    Args:
+        loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
+            ``*args`` checkpointed with that policy (``loss_for(None)``: no checkpoint).
+        *args: The loss's arguments, as for :func:`compare_policies` (sharded ones
+            included: then the budget and every figure are per device).
+        budget_bytes: The most temporary memory the compiled gradient may use, in bytes.
+        names: The ``checkpoint_name`` tags to choose from; ``None`` for every tag the
+            traced loss uses.
+        argnums: The arguments to differentiate, as for ``jax.grad``.
+        measured: ``None``, or a dict that keeps every row compiled, for later calls with
+            the same ``loss_for``, ``args`` and ``argnums`` (start with an empty dict).
+
+    Returns:
+        The chosen row; its ``compiled`` counts the policies this call compiled.
+
+    Raises:
+        TypeError: If ``loss_for`` is not callable, ``budget_bytes`` is not an int,
+            ``names`` is not an iterable of str, ``measured`` is not a dict, or an
+            argument is wrong as for :func:`compare_policies`.
+        ValueError: If ``budget_bytes`` is not positive, ``names`` is empty, repeats a
+            name or holds one the model does not tag, the model tags nothing, ``measured``
+            holds rows of another model or other arguments, or no candidate fits; that
+            message names the smallest memory reached.
+
+    Examples:
+        >>> from remat_guide import plan_names
+        >>> from remat_guide.models import transformer_args, transformer_loss
+        >>> args = transformer_args(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
+        >>> measured = {}
+        >>> loose = plan_names(transformer_loss, *args, budget_bytes=2**30,
+        ...                    names=["attn_out", "mlp_hidden"], measured=measured)
+        >>> loose.name, loose.compiled  # 5 standard rows, 2 names alone, both together
+        ('no checkpoint', 8)
+        >>> budget = measured["nothing_saveable"].temp_bytes + 2**10
+        >>> tight = plan_names(transformer_loss, *args, budget_bytes=budget,
+        ...                    names=["attn_out", "mlp_hidden"], measured=measured)
+        >>> tight.name, tight.temp_bytes <= budget, tight.compiled
+        ("save_only_these_names('attn_out')", True, 0)
+        >>> tight.flops < measured["nothing_saveable"].flops
+        True
+        >>> plan_names(transformer_loss, *args, budget_bytes=1, names=["attn_out"],
+        ...            measured=measured)
+        Traceback (most recent call last):
+        ...
+        ValueError: nothing fits budget_bytes=1: the smallest temporary memory reached is ... bytes, with ...
+    """
+    validation.callable_arg(loss_for, "loss_for")
+    budget_bytes = validation.integer(budget_bytes, "budget_bytes")
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if measured is None:
+        measured = {}
+    elif not isinstance(measured, dict):
+        raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
+    argnums = _check_inputs(args, argnums)
+    names = _names(names, _check_baseline(loss_for, args, argnums))
+    key = _fingerprint(loss_for, args, argnums)
+    if measured.setdefault(_ARGUMENTS, key) != key:
+        raise ValueError("measured holds rows of another loss_for, other args or argnums; "
+                         "start each model with an empty dict")
+
+    labels = ["no checkpoint", *STANDARD_POLICIES]
+    compiled = 0
+    if not all(label in measured for label in labels):
+        for row in compare_policies(loss_for, *args, policies=list(STANDARD_POLICIES),
+                                    argnums=argnums):
+            measured[row.name] = row
+        compiled += len(labels)
+    standard = [measured[label] for label in labels]
+    base_flops = standard[0].flops
+    per_device = standard[0].per_device
+    sets: dict[frozenset[str], PolicyRow] = {
+        frozenset(): next(row for row in standard if row.name == "nothing_saveable")}
+
+    def measure(subset: frozenset[str]) -> PolicyRow:
+        nonlocal compiled
+        chosen = [name for name in names if name in subset]
+        label = _label(chosen)
+        if label not in measured:
+            policy = jax.checkpoint_policies.save_only_these_names(*chosen)
+            residual, temp, flops, reported = _measure(_call(loss_for, policy), args, argnums)
+            compiled += 1
+            measured[label] = PolicyRow(label, policy, residual, temp, flops, reported,
+                                        flops / base_flops if base_flops else float("nan"),
+                                        per_device)
+        sets[subset] = measured[label]
+        return sets[subset]
+
+    def best() -> PolicyRow | None:
+        fitting = [row for row in [*standard, *sets.values()] if row.temp_bytes <= budget_bytes]
+        return min(fitting, key=lambda row: (row.flops, row.temp_bytes), default=None)
+
+    for name in names:
+        measure(frozenset([name]))
+    level = {frozenset(names)} if len(names) > 1 else set()
+    while level:
+        below: set[frozenset[str]] = set()
+        for subset in sorted(level, key=lambda s: [n for n in names if n in s]):
+            leader = best()
+            if subset not in sets:
+                if leader is not None and any(
+                        row.flops >= leader.flops for other, row in sets.items() if other > subset):
+                    continue
+                measure(subset)
+            row = sets[subset]
+            if row.temp_bytes > budget_bytes and (leader is None or row.flops < leader.flops):
+                below.update(subset - {name} for name in subset)
+        level = below
+
+    if any(sets[big].flops > sets[small].flops for big in sets for small in sets if small < big):
+        for size in range(len(names) + 1):
+            for subset in map(frozenset, itertools.combinations(names, size)):
+                if subset not in sets:
+                    measure(subset)
+
+    chosen = best()
+    if chosen is None:
+        smallest = min([*standard, *sets.values()], key=lambda row: row.temp_bytes)
+        raise ValueError(
+            f"nothing fits budget_bytes={budget_bytes}: the smallest temporary memory reached "
+            f"is {smallest.temp_bytes} bytes, with {smallest.name} ({compiled} policies compiled)")
+    return dataclasses.replace(chosen, compiled=compiled)
