@@ -56,9 +56,10 @@ def test_default_rows_are_baseline_standard_and_name_policies():
 def test_transformer_tags_become_name_policies():
     rows = compare_policies(transformer_loss, *transformer_args(**CONFIG), policies=[])
     assert len(rows) == 1  # explicit policies: only the baseline is added
-    from remat_guide.compare import _default_policies
+    from remat_guide.compare import _check_baseline, _default_policies
 
-    labels = list(_default_policies(transformer_loss, transformer_args(**CONFIG)))
+    tags = _check_baseline(transformer_loss, transformer_args(**CONFIG), 0)  # what compare_policies reads
+    labels = list(_default_policies(tags))
     assert labels[4:] == [f"save_only_these_names({t!r})" for t in TRANSFORMER_NAMES] + [
         "save_only_these_names(" + ", ".join(repr(t) for t in TRANSFORMER_NAMES) + ")"]
 

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.extend.core
 import pandas as pd
 
 from remat_guide import validation
@@ -94,6 +93,15 @@ class PolicyRow:
                            validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
 
 
+def _policy_rows(rows: Any) -> list[PolicyRow]:
+    """``rows`` as a list, if it is an iterable of :class:`PolicyRow`; else a TypeError."""
+    rows = validation.iterable(rows, "rows", what="PolicyRow values")
+    for row in rows:
+        if not isinstance(row, PolicyRow):
+            raise TypeError(f"rows must hold PolicyRow values, got {type(row).__name__}")
+    return rows
+
+
 class Comparison(list[PolicyRow]):
     """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
 
@@ -109,11 +117,7 @@ class Comparison(list[PolicyRow]):
     """
 
     def __init__(self, rows: Iterable[PolicyRow] = ()) -> None:
-        rows = validation.iterable(rows, "rows", what="PolicyRow values")
-        for item in rows:
-            if not isinstance(item, PolicyRow):
-                raise TypeError(f"rows must hold PolicyRow values, got {type(item).__name__}")
-        super().__init__(rows)
+        super().__init__(_policy_rows(rows))
 
     def to_pandas(self) -> pd.DataFrame:
         """The rows as a DataFrame with exact byte and FLOP counts, one row per policy.
@@ -168,33 +172,18 @@ def _standard(name: str) -> Any:
     return policy
 
 
-def _checkpoint_names(loss_for: Callable, args: tuple) -> list[str]:
-    """The ``checkpoint_name`` tags the model uses, in order of first appearance."""
-    policy = jax.checkpoint_policies.nothing_saveable
-    closed = jax.make_jaxpr(_call(loss_for, policy))(*args)
-    names: list[str] = []
-
-    def walk(jaxpr: Any) -> None:
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "name" and eqn.params["name"] not in names:
-                names.append(eqn.params["name"])
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(closed.jaxpr)
-    return names
+def _names_label(names: Sequence[str]) -> str:
+    """The label of ``save_only_these_names(*names)``, as the rows of a comparison show it."""
+    return "save_only_these_names(" + ", ".join(repr(name) for name in names) + ")"
 
 
-def _default_policies(loss_for: Callable, args: tuple) -> dict[str, Any]:
+def _default_policies(tags: Sequence[str]) -> dict[str, Any]:
+    """The standard policies, then one ``save_only_these_names`` per tag and one for all."""
     policies = {name: getattr(jax.checkpoint_policies, name) for name in STANDARD_POLICIES}
-    names = _checkpoint_names(loss_for, args)
-    for name in names:
-        policies[f"save_only_these_names({name!r})"] = (
-            jax.checkpoint_policies.save_only_these_names(name))
-    if len(names) > 1:
-        label = ", ".join(repr(n) for n in names)
-        policies[f"save_only_these_names({label})"] = (
-            jax.checkpoint_policies.save_only_these_names(*names))
+    for name in tags:
+        policies[_names_label([name])] = jax.checkpoint_policies.save_only_these_names(name)
+    if len(tags) > 1:
+        policies[_names_label(tags)] = jax.checkpoint_policies.save_only_these_names(*tags)
     return policies
 
 
@@ -323,7 +312,7 @@ def compare_policies(
     validation.callable_arg(loss_for, "loss_for")
     argnums = _check_inputs(args, argnums)
     tags = _check_baseline(loss_for, args, argnums)
-    chosen = _default_policies(loss_for, args) if policies is None else _as_policies(policies)
+    chosen = _default_policies(tags) if policies is None else _as_policies(policies)
     _check_policies(loss_for, chosen, args, argnums, tags)
     measured = [(BASELINE, None, _measure(_call(loss_for, None), args, argnums))]
     for label, policy in chosen.items():
@@ -425,10 +414,7 @@ def policy_table(rows: Iterable[PolicyRow]) -> str:
         -------------  ------------  --------  ------  -------------------  -----------
         no checkpoint          1.00      3.00   4.000                1.000        1.000
     """
-    rows = validation.iterable(rows, "rows", what="PolicyRow values")
-    for row in rows:
-        if not isinstance(row, PolicyRow):
-            raise TypeError(f"rows must hold PolicyRow values, got {type(row).__name__}")
+    rows = _policy_rows(rows)
     header = ("policy", "residual MiB", "temp MiB", "GFLOPs", "XLA-reported GFLOPs", "FLOPs ratio")
     body = [(row.name, f"{row.residual_bytes / 2**20:.2f}", f"{row.temp_bytes / 2**20:.2f}",
              f"{row.flops / 1e9:.3f}", f"{row.reported_flops / 1e9:.3f}", f"{row.flops_ratio:.3f}")

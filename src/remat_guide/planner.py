@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -18,13 +18,10 @@ from remat_guide.compare import (
     _check_inputs,
     _measure,
     compare_policies,
+    _names_label,
 )
 
 __all__ = ["plan_names"]
-
-
-def _label(chosen: Sequence[str]) -> str:
-    return "save_only_these_names(" + ", ".join(repr(n) for n in chosen) + ")"
 
 
 _ARGUMENTS = ("arguments",)  # the key of a measured dict under which the model is recorded
@@ -182,7 +179,7 @@ def plan_names(
     def measure(subset: frozenset[str]) -> PolicyRow:
         nonlocal compiled
         chosen = [name for name in names if name in subset]
-        label = _label(chosen)
+        label = _names_label(chosen)
         if label not in measured:
             policy = jax.checkpoint_policies.save_only_these_names(*chosen)
             residual, temp, flops, reported = _measure(_call(loss_for, policy), args, argnums)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -261,6 +262,15 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
     return residuals, row
 
 
+def _check_row(row: Any, where: str) -> None:
+    """A row of the matrix must map every column of :data:`COLUMNS` to its cell."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"{where} must be a mapping from columns to cells, got {type(row).__name__}")
+    missing = [c for c in COLUMNS if c not in row]
+    if missing:
+        raise ValueError(f"{where} lacks the columns {missing}")
+
+
 def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
     """A Markdown table: one row per policy, one column per kind of value.
 
@@ -287,12 +297,7 @@ def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
         raise TypeError(f"rows must be a mapping from labels to rows, got {type(rows).__name__}")
     for label, row in rows.items():
         validation.string(label, "rows: each label")
-        if not isinstance(row, Mapping):
-            raise TypeError(f"rows[{label!r}] must be a mapping from columns to cells, "
-                            f"got {type(row).__name__}")
-        missing = [c for c in COLUMNS if c not in row]
-        if missing:
-            raise ValueError(f"rows[{label!r}] lacks the columns {missing}")
+        _check_row(row, f"rows[{label!r}]")
         extra = [c for c in row if c not in COLUMNS]
         if extra:
             raise ValueError(f"rows[{label!r}] has columns the table does not show: {extra}")
@@ -339,11 +344,9 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
         ('kept', 'recomputed', 'never read')
     """
-    checked = [("baseline", baseline), *((f"rows[{label!r}]", row) for label, row in rows.items())]
-    for where, row in checked:
-        missing = [c for c in COLUMNS if c not in row]
-        if missing:
-            raise ValueError(f"{where} lacks the columns {missing}")
+    _check_row(baseline, "baseline")
+    for label, row in rows.items():
+        _check_row(row, f"rows[{label!r}]")
 
     def shown(column: str, cell: str) -> str:
         if cell != NOT_KEPT:

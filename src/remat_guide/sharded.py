@@ -10,6 +10,7 @@ import jax
 import jax.extend.core
 import numpy as np
 
+from remat_guide import validation
 from remat_guide.residuals import Residual, _trace_vjp, saved_residuals
 
 __all__ = ["ShardedResidual", "is_sharded", "residual_shardings"]
@@ -112,8 +113,7 @@ def residual_shardings(f: Callable, *args: Any) -> list[ShardedResidual]:
         >>> [(r.spec, r.device_shape) for r in residual_shardings(jnp.sin, jnp.ones(4))]
         [('P()', (4,))]
     """
-    if not callable(f):
-        raise TypeError(f"f must be callable, got {type(f).__name__}")
+    validation.callable_arg(f, "f")
     listed = saved_residuals(f, *args)
     jaxpr, _, vjp_shape = _trace_vjp(f, args, {})
     leaves = jax.tree.leaves(vjp_shape)
