@@ -15,9 +15,8 @@ import jax.extend.source_info_util
 import numpy as np
 import pandas as pd
 
-from remat_guide.tables import Table
-
 from remat_guide import validation
+from remat_guide.tables import Table
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
