@@ -53,14 +53,16 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)  ## Create .venv (or refresh it after requirements.txt/pyproject.toml change).
 
 # The versions page runs the same probe under each older JAX, each in an environment of its
-# own made from its pinned requirements file; JAX 0.12.0.1 is the one in .venv. Both are
-# created side by side, with the interpreter of .venv.
-OLD_JAX := 0.10.2 0.11.2
+# own, named for its version and made from its pinned requirements file: the files
+# requirements-jax-<version>.txt are the one list of older releases (the page reads the
+# environments' names). JAX 0.12.0.1 is the one in .venv. They are created side by side,
+# with the interpreter of .venv.
+OLD_JAX := $(patsubst requirements-jax-%.txt,%,$(wildcard requirements-jax-*.txt))
 JAX_ENVS := .venv-jax
 export REMAT_GUIDE_JAX_ENVS := $(CURDIR)/$(JAX_ENVS)
 JAX_ENV_STAMP := $(JAX_ENVS)/.installed
 
-# Both environments are installed at once (pip waits mostly on downloads and unpacking).
+# The environments are installed at once (pip waits mostly on downloads and unpacking).
 $(JAX_ENV_STAMP): $(foreach v,$(OLD_JAX),requirements-jax-$(v).txt) $(STAMP)
 	rm -rf $(JAX_ENVS)
 	for v in $(OLD_JAX); do \
@@ -75,7 +77,8 @@ jax-envs: $(JAX_ENV_STAMP)  ## Create the environments of the older JAX releases
 
 # jupyter-cache keys a page on its own code only: when the package or the requirements
 # change, drop the cache and the doctrees so that every page runs again on the new code.
-$(BUILD)/.inputs: $(STAMP) $(wildcard src/remat_guide/*.py)
+PACKAGE_SOURCES := $(shell find src docs/_ext -name '*.py' -not -path '*/__pycache__/*')
+$(BUILD)/.inputs: $(STAMP) $(PACKAGE_SOURCES)
 	rm -rf $(BUILD)/.jupyter_cache $(BUILD)/doctrees
 	mkdir -p $(BUILD) && touch $@
 

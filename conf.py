@@ -1,6 +1,12 @@
 """Sphinx configuration; the pages live in docs/ and are built with `sphinx-build -c . docs _build/html`."""
 
+import pathlib
+import sys
+
 import jax
+
+# The site's own Sphinx extensions live beside the pages, not in the installed package.
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "docs" / "_ext"))
 
 project = "The jax.checkpoint field guide"
 author = "The remat-guide authors"
@@ -13,9 +19,9 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_copybutton",
     "sphinx_design",
-    "remat_guide.api_coverage",  # fails the build when JAX has a checkpoint API item the reference lacks
-    "remat_guide.build_stability",  # a rebuild writes what a clean build writes (see the module)
-    "remat_guide.notebook_downloads",  # each executed page's .ipynb in the theme's download menu
+    "api_coverage",  # fails the build when JAX has a checkpoint API item the reference lacks
+    "build_stability",  # a rebuild writes what a clean build writes (see the module)
+    "notebook_downloads",  # each executed page's .ipynb in the theme's download menu
 ]
 
 myst_enable_extensions = ["colon_fence", "substitution"]
@@ -31,7 +37,7 @@ nb_execution_show_tb = True
 # far above that and still stops a hung kernel.
 nb_execution_timeout = 600
 # Printed text stays where it was printed, between the tables a cell displays (merging moves
-# all of a cell's printed text before its first display). remat_guide.page_setup sends it
+# all of a cell's printed text before its first display). remat_guide.site.page_setup sends it
 # once per display, so the pieces are the same on every build.
 nb_merge_streams = False
 # Error outputs are rendered like other text: the IPython traceback lexer fails (a warning)

@@ -1,4 +1,4 @@
-"""Measures how fast the site builds (cold, unchanged, one page edited, against a plain-script floor) and how long `make test` takes after `make html`."""
+"""Times the site's builds (cold, unchanged, one page edited) against a plain-script floor, and `make test`."""
 
 from __future__ import annotations
 

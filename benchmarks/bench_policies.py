@@ -1,4 +1,6 @@
-"""Benchmark of policies on the reference transformer: jit(grad) wall time per policy, compare_policies' and plan_names' own time, and the sharded page's build time.
+"""Benchmark of the policies on the reference transformer: jit(grad) per policy, compare_policies, plan_names.
+
+Also the sharded page's build time.
 
 Run by `make bench`; writes policies.json and policies.md to the folder given by --out.
 Timings belong here, never on the site's pages.
@@ -19,8 +21,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, plan_names
-from remat_guide import models
+from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, models, plan_names
 from remat_guide.compare import STANDARD_POLICIES
 
 CONFIG = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)

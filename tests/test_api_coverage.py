@@ -10,9 +10,11 @@ import jax
 import jax.ad_checkpoint
 import pytest
 
-from remat_guide import api_coverage
+import api_coverage
+from remat_guide.site import api_items as coverage
 
 REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference"
+EXT = REFERENCE.parent / "_ext"
 LABEL_ABOVE_HEADING = re.compile(r"^\((?P<label>[\w-]+)\)=\n#+ ", re.MULTILINE)
 
 
@@ -23,12 +25,12 @@ def reference_labels() -> set[str]:
 
 
 def test_the_reference_documents_every_item_of_the_installed_jax():
-    missing = api_coverage.undocumented(reference_labels())
+    missing = coverage.undocumented(reference_labels())
     assert missing == [], [item.qualname for item in missing]
 
 
 def test_items_cover_the_signature_the_policies_and_the_exports():
-    labels = {item.label for item in api_coverage.api_items()}
+    labels = {item.label for item in coverage.api_items()}
     assert {f"param-{p}" for p in inspect.signature(jax.checkpoint).parameters} <= labels
     assert {f"policy-{p}" for p in vars(jax.checkpoint_policies)} <= labels
     assert "api-checkpoint_name" in labels and "api-Offloadable" in labels
@@ -44,14 +46,14 @@ def test_a_parameter_that_jax_does_not_have_is_not_an_item(monkeypatch):
         return real(fun, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
 
     monkeypatch.setattr(jax, "checkpoint", checkpoint)
-    labels = [item.label for item in api_coverage.api_items() if item.group == "parameter"]
+    labels = [item.label for item in coverage.api_items() if item.group == "parameter"]
     assert labels == ["param-fun", "param-prevent_cse", "param-policy", "param-static_argnums"]
 
 
 def test_a_fake_policy_is_named(monkeypatch):
     monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
                         raising=False)
-    missing = api_coverage.undocumented(reference_labels())
+    missing = coverage.undocumented(reference_labels())
     assert [item.qualname for item in missing] == ["jax.checkpoint_policies.fake_policy_for_test"]
 
 
@@ -66,31 +68,31 @@ def test_a_fake_parameter_is_named(monkeypatch):
     checkpoint.__signature__ = inspect.signature(real).replace(
         parameters=[*inspect.signature(real).parameters.values(), fake])
     monkeypatch.setattr(jax, "checkpoint", checkpoint)
-    missing = api_coverage.undocumented(reference_labels())
+    missing = coverage.undocumented(reference_labels())
     assert [item.label for item in missing] == ["param-fake_knob"]
 
 
 def test_a_fake_export_is_named_but_a_submodule_is_not(monkeypatch):
     monkeypatch.setattr(jax.ad_checkpoint, "fake_export", object(), raising=False)
     monkeypatch.setattr(jax.ad_checkpoint, "some_module", types.ModuleType("m"), raising=False)
-    missing = api_coverage.undocumented(reference_labels())
+    missing = coverage.undocumented(reference_labels())
     assert [item.qualname for item in missing] == ["jax.ad_checkpoint.fake_export"]
 
 
 def test_labels_match_whatever_their_case():
-    labels = [item.label.lower() for item in api_coverage.api_items()]
-    assert api_coverage.undocumented(labels) == []
+    labels = [item.label.lower() for item in coverage.api_items()]
+    assert coverage.undocumented(labels) == []
 
 
 @pytest.mark.parametrize("bad, error", [("param-fun", "single string"), ([1], "hold strings")])
 def test_bad_label_collections_are_rejected(bad, error):
     with pytest.raises(TypeError, match=error):
-        api_coverage.undocumented(bad)
+        coverage.undocumented(bad)
 
 
 def test_the_sphinx_hook_warns_once_per_missing_item(monkeypatch, caplog):
     # Every real item is documented here, so the hook is tested apart from the pages.
-    real = [item.label for item in api_coverage.api_items()]
+    real = [item.label for item in coverage.api_items()]
     monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
                         raising=False)
     labels = {label: ("reference/policies", label, "") for label in real}
@@ -114,12 +116,13 @@ def test_a_sphinx_build_names_a_fake_policy(monkeypatch, tmp_path):
 
     from sphinx.application import Sphinx
 
-    real = sorted(item.label for item in api_coverage.api_items())
+    real = sorted(item.label for item in coverage.api_items())
     monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
                         raising=False)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "conf.py").write_text('extensions = ["remat_guide.api_coverage"]\n', encoding="utf-8")
+    conf = f'import sys\nsys.path.insert(0, {str(EXT)!r})\nextensions = ["api_coverage"]\n'
+    (src / "conf.py").write_text(conf, encoding="utf-8")
     sections = "".join(f".. _{label}:\n\n{label}\n{'=' * len(label)}\n\n"
                        for label in real)
     (src / "index.rst").write_text(sections, encoding="utf-8")

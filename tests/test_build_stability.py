@@ -4,7 +4,7 @@ import json
 import re
 from types import SimpleNamespace
 
-from remat_guide.build_stability import complete_search_index
+from build_stability import complete_search_index
 
 
 def _env(entries):

@@ -6,9 +6,9 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import html_tables, table_with
 from jax.ad_checkpoint import checkpoint_name
 
+from conftest import html_tables, table_with
 from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, recommend_policy
 from remat_guide.models import (
     TRANSFORMER_NAMES,
@@ -56,10 +56,10 @@ def test_default_rows_are_baseline_standard_and_name_policies():
 def test_transformer_tags_become_name_policies():
     rows = compare_policies(transformer_loss, *transformer_args(**CONFIG), policies=[])
     assert len(rows) == 1  # explicit policies: only the baseline is added
-    from remat_guide.compare import _check_baseline, _default_policies
+    from remat_guide._measure import check_baseline, default_policies
 
-    tags = _check_baseline(transformer_loss, transformer_args(**CONFIG), 0)  # what compare_policies reads
-    labels = list(_default_policies(tags))
+    tags = check_baseline(transformer_loss, transformer_args(**CONFIG), 0)  # what compare_policies reads
+    labels = list(default_policies(tags))
     assert labels[4:] == [f"save_only_these_names({t!r})" for t in TRANSFORMER_NAMES] + [
         "save_only_these_names(" + ", ".join(repr(t) for t in TRANSFORMER_NAMES) + ")"]
 

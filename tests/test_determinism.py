@@ -6,6 +6,7 @@ import pathlib
 import re
 
 import pytest
+
 from conftest import ROOT
 
 # Patterns searched in the raw HTML (attributes included).

@@ -1,7 +1,6 @@
 """The reference models: every variant computes the same loss and gradient."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -18,7 +18,7 @@ def test_every_downloadable_notebook_is_valid_and_executed(site_dir):
         notebook = nbformat.read(path, as_version=4)
         nbformat.validate(notebook)
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-        assert code[0].source.strip().startswith("%load_ext remat_guide.page_setup"), path
+        assert code[0].source.strip().startswith("%load_ext remat_guide.site.page_setup"), path
         assert all(cell.execution_count for cell in code), path
 
 

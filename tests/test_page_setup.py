@@ -22,7 +22,7 @@ class _KernelStream(io.StringIO):
 
 def test_cells_get_stable_names_and_minimal_tracebacks(shell, monkeypatch):
     monkeypatch.setattr(sys, "stdout", _KernelStream())
-    shell.run_line_magic("load_ext", "remat_guide.page_setup")
+    shell.run_line_magic("load_ext", "remat_guide.site.page_setup")
     assert shell.compile.get_code_name("x = 1", "x = 1\n", 7) == "<cell 7>"
     assert shell.InteractiveTB.mode == "Minimal"
     assert sys.stdout.flush_interval == 3600.0
@@ -32,12 +32,12 @@ def test_loading_prints_nothing(shell, monkeypatch):
     # Text printed here would be sent on the kernel's default 0.2 s timer, which then
     # cut the printed text of a later cell in two, at a point that changed between builds.
     monkeypatch.setattr(sys, "stdout", _KernelStream())
-    shell.run_line_magic("load_ext", "remat_guide.page_setup")
+    shell.run_line_magic("load_ext", "remat_guide.site.page_setup")
     assert sys.stdout.getvalue() == ""
 
 
 def test_residual_locations_in_such_cells_read_cell(shell):
-    shell.run_line_magic("load_ext", "remat_guide.page_setup")
+    shell.run_line_magic("load_ext", "remat_guide.site.page_setup")
     result = shell.run_cell(
         "import jax.numpy as jnp\n"
         "def f(x):\n"

@@ -6,9 +6,9 @@ import jax
 import pytest
 
 from remat_guide import compare_policies, plan_names
+from remat_guide._labels import names_label as _label
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.models import TRANSFORMER_NAMES, transformer_args, transformer_loss
-from remat_guide.compare import _names_label as _label
 
 CONFIG = dict(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
 ARGS = transformer_args(**CONFIG)

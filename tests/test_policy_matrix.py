@@ -4,10 +4,16 @@ import jax
 import numpy as np
 import pytest
 
-from remat_guide import Residual, saved_residuals
-from remat_guide.policy_matrix import (COLUMNS, classify, example_inputs, example_model,
-                                       example_policies, keeps, matrix_markdown,
-                                       policy_label)
+from remat_guide import Residual, policy_label, saved_residuals
+from remat_guide.site.policy_matrix import (
+    COLUMNS,
+    classify,
+    example_inputs,
+    example_model,
+    example_policies,
+    keeps,
+    matrix_table,
+)
 
 P = jax.checkpoint_policies
 
@@ -104,11 +110,11 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="policy must be None"):
         keeps(P.dots_saveable, checkpointed=False)
     with pytest.raises(ValueError, match=r"rows\['p'\] lacks"):
-        matrix_markdown({"p": {"inputs": "saved"}})
+        matrix_table({"p": {"inputs": "saved"}}, dict.fromkeys(COLUMNS, "saved"))
 
 
 def test_matrix_has_one_line_per_row():
     rows = {name: keeps(policy)[1] for name, policy in list(example_policies().items())[:3]}
-    lines = matrix_markdown(rows).splitlines()
-    assert len(lines) == 2 + 3
-    assert lines[2].startswith("| everything_saveable | saved |")
+    lines = str(matrix_table(rows, keeps(None, checkpointed=False)[1])).splitlines()
+    assert len(lines) == 1 + 2 + 3  # the key, the header and its rule, one line per policy
+    assert lines[3].split()[:2] == ["everything_saveable", "kept"]

@@ -4,9 +4,9 @@ import re
 
 import jax
 import pytest
-from conftest import page_text
 
-from remat_guide.api_coverage import api_items
+from conftest import page_text
+from remat_guide.site.api_items import api_items
 
 PAGES = ["index", "parameters", "policies", "ad_checkpoint", "remat3", "api_index"]
 

@@ -2,8 +2,9 @@
 
 import jax
 import pytest
-from conftest import ROOT, page_text
 from myst_nb.core.read import read_myst_markdown_notebook
+
+from conftest import ROOT, page_text
 
 NOTEBOOK_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
                         if "file_format: mystnb" in p.read_text(encoding="utf-8"))
@@ -20,7 +21,7 @@ def test_every_page_names_the_jax_version_that_ran_it(site_dir):
 def test_every_executed_page_starts_with_page_setup(source):
     notebook = read_myst_markdown_notebook(source.read_text(encoding="utf-8"))
     first = next(cell for cell in notebook.cells if cell.cell_type == "code")
-    assert first.source.strip() == "%load_ext remat_guide.page_setup"
+    assert first.source.strip() == "%load_ext remat_guide.site.page_setup"
     assert first.metadata.get("tags") == ["remove-cell"]
 
 

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+
 from conftest import page_text, table_with
 
 

@@ -12,7 +12,7 @@ import subprocess
 import jax
 import pytest
 
-from remat_guide import version_probe
+from remat_guide.site import version_probe
 
 
 @pytest.fixture(scope="module")

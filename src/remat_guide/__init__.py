@@ -1,6 +1,6 @@
 """The field guide to jax.checkpoint: the exercise, its grader and tools to see what is saved."""
 
-from remat_guide.api_coverage import ApiItem, api_items, undocumented
+from remat_guide._labels import policy_label
 from remat_guide.compare import Comparison, PolicyRow, compare_policies, policy_table, recommend_policy
 from remat_guide.exercise import checkpoint_dot_policy
 from remat_guide.flops import FlopCount, Loop, count_flops
@@ -10,24 +10,22 @@ from remat_guide.planner import plan_names
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = [
-    "ApiItem",
     "Comparison",
-    "FwdBwd",
     "FlopCount",
+    "FwdBwd",
     "Loop",
     "PolicyRow",
     "Residual",
     "Residuals",
     "SolutionError",
-    "api_items",
     "check_solution",
     "checkpoint_dot_policy",
     "compare_policies",
     "count_flops",
     "fwd_bwd",
     "plan_names",
+    "policy_label",
     "policy_table",
     "recommend_policy",
     "saved_residuals",
-    "undocumented",
 ]

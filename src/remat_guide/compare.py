@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import pandas as pd
 
-from remat_guide import validation
-from remat_guide.flops import count_flops
-from remat_guide.residuals import saved_residuals
-from remat_guide.sharded import is_sharded, residual_shardings
+from remat_guide import _validation as validation
+from remat_guide._measure import (
+    BASELINE,
+    STANDARD_POLICIES,
+    as_policies,
+    call_loss,
+    check_baseline,
+    check_inputs,
+    check_policies,
+    default_policies,
+    measure,
+)
+from remat_guide.sharded import is_sharded
 from remat_guide.tables import Table
 
 __all__ = [
@@ -25,19 +33,6 @@ __all__ = [
     "policy_table",
     "recommend_policy",
 ]
-
-BASELINE = "no checkpoint"
-
-# The standard policies that take no arguments and run on every backend (the offloading
-# ones need a host memory space to matter; the aliases checkpoint_dots and
-# checkpoint_dots_with_no_batch_dims are the same objects as two of these).
-STANDARD_POLICIES = (
-    "everything_saveable",
-    "dots_saveable",
-    "dots_with_no_batch_dims_saveable",
-    "nothing_saveable",
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class PolicyRow:
@@ -106,7 +101,7 @@ class Comparison(list[PolicyRow]):
     """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
 
     In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
-    FLOPs ratio to the baseline); ``str()`` gives :func:`policy_table`'s plain text, and
+    FLOPs ratio to the baseline); ``str()`` gives the same table as plain text, and
     :meth:`to_pandas` the exact values.
 
     Args:
@@ -131,7 +126,8 @@ class Comparison(list[PolicyRow]):
             >>> from remat_guide.compare import Comparison
             >>> rows = Comparison([PolicyRow("no checkpoint", None, 8, 16, 10**9, 10**9, 1.0)])
             >>> rows.to_pandas().to_dict("records")
-            [{'policy': 'no checkpoint', 'residual_bytes': 8, 'temp_bytes': 16, 'flops': 1000000000, 'reported_flops': 1000000000, 'flops_ratio': 1.0}]
+            [{'policy': 'no checkpoint', 'residual_bytes': 8, 'temp_bytes': 16, 'flops': 1000000000,
+              'reported_flops': 1000000000, 'flops_ratio': 1.0}]
         """
         return pd.DataFrame(
             [(row.name, row.residual_bytes, row.temp_bytes, row.flops, row.reported_flops,
@@ -151,87 +147,10 @@ class Comparison(list[PolicyRow]):
         return self.table()._repr_html_()
 
     def __str__(self) -> str:
-        return policy_table(self)
+        return str(self.table())
 
     def __repr__(self) -> str:
-        return policy_table(self)
-
-
-def _standard(name: str) -> Any:
-    policy = getattr(jax.checkpoint_policies, name, None)
-    if policy is None or name.startswith("_"):
-        known = ", ".join(sorted(n for n in vars(jax.checkpoint_policies) if not n.startswith("_")))
-        raise ValueError(f"policies: unknown policy name {name!r}; jax.checkpoint_policies has {known}")
-    if name in ("save_only_these_names", "save_any_names_but_these", "save_anything_except_these_names",
-                "save_from_both_policies", "offload_dot_with_no_batch_dims",
-                "save_and_offload_only_these_names"):
-        raise ValueError(
-            f"policies: {name!r} needs arguments; pass the policy object under a label, "
-            f"e.g. {{'{name}(...)': jax.checkpoint_policies.{name}(...)}}"
-        )
-    return policy
-
-
-def _names_label(names: Sequence[str]) -> str:
-    """The label of ``save_only_these_names(*names)``, as the rows of a comparison show it."""
-    return "save_only_these_names(" + ", ".join(repr(name) for name in names) + ")"
-
-
-def _default_policies(tags: Sequence[str]) -> dict[str, Any]:
-    """The standard policies, then one ``save_only_these_names`` per tag and one for all."""
-    policies = {name: getattr(jax.checkpoint_policies, name) for name in STANDARD_POLICIES}
-    for name in tags:
-        policies[_names_label([name])] = jax.checkpoint_policies.save_only_these_names(name)
-    if len(tags) > 1:
-        policies[_names_label(tags)] = jax.checkpoint_policies.save_only_these_names(*tags)
-    return policies
-
-
-def _as_policies(policies: Any) -> dict[str, Any]:
-    if isinstance(policies, Mapping):
-        result = {}
-        for label, policy in policies.items():
-            if not isinstance(label, str):
-                raise TypeError(f"policies: labels must be str, got {type(label).__name__}")
-            if label == BASELINE:
-                raise ValueError(f"policies: {BASELINE!r} is the baseline row, always included")
-            result[label] = validation.policy(policy, f"policies[{label!r}]")
-        return result
-    if isinstance(policies, (str, bytes)) or not isinstance(policies, Iterable):
-        raise TypeError(
-            "policies must be None, a sequence of names from jax.checkpoint_policies, or a "
-            f"mapping from labels to policies, got {type(policies).__name__}"
-        )
-    policies = list(policies)
-    for name in policies:
-        if not isinstance(name, str):
-            raise TypeError(f"policies: names must be str, got {type(name).__name__}")
-        if policies.count(name) > 1:
-            raise ValueError(f"policies: {name!r} is given twice")
-    return {name: _standard(name) for name in policies}
-
-
-def _call(loss_for: Callable, policy: Any) -> Callable:
-    loss = loss_for(policy)
-    if not callable(loss):
-        raise TypeError(f"loss_for(policy) must return a loss function, got {type(loss).__name__}")
-    return loss
-
-
-def _measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tuple[int, int, int, int]:
-    out = jax.eval_shape(loss, *args)
-    if getattr(out, "shape", None) != ():
-        raise ValueError(
-            f"loss_for(policy) must return a function with a scalar output, got shape "
-            f"{getattr(out, 'shape', type(out).__name__)}"
-        )
-    compiled = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()
-    flops = count_flops(compiled)
-    if is_sharded(*args):  # the bytes each device holds
-        residual_bytes = sum(r.device_nbytes for r in residual_shardings(loss, *args))
-    else:
-        residual_bytes = saved_residuals(loss, *args).total_bytes
-    return residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported
+        return str(self.table())
 
 
 def compare_policies(
@@ -310,13 +229,13 @@ def compare_policies(
         ValueError: policies: unknown policy name 'dots_savable'; jax.checkpoint_policies has ...
     """
     validation.callable_arg(loss_for, "loss_for")
-    argnums = _check_inputs(args, argnums)
-    tags = _check_baseline(loss_for, args, argnums)
-    chosen = _default_policies(tags) if policies is None else _as_policies(policies)
-    _check_policies(loss_for, chosen, args, argnums, tags)
-    measured = [(BASELINE, None, _measure(_call(loss_for, None), args, argnums))]
+    argnums = check_inputs(args, argnums)
+    tags = check_baseline(loss_for, args, argnums)
+    chosen = default_policies(tags) if policies is None else as_policies(policies)
+    check_policies(loss_for, chosen, args, argnums, tags)
+    measured = [(BASELINE, None, measure(call_loss(loss_for, None), args, argnums))]
     for label, policy in chosen.items():
-        measured.append((label, policy, _measure(_call(loss_for, policy), args, argnums)))
+        measured.append((label, policy, measure(call_loss(loss_for, policy), args, argnums)))
     base_flops = measured[0][2][2]
     per_device = is_sharded(*args)
     return Comparison(
@@ -393,15 +312,19 @@ def recommend_policy(
     return min(fitting, key=lambda row: (row.flops, row.temp_bytes))
 
 
-def policy_table(rows: Iterable[PolicyRow]) -> str:
-    """Formats rows of :func:`compare_policies` as a plain-text table (MiB and GFLOPs).
+def policy_table(rows: Iterable[PolicyRow]) -> Table:
+    """Rows of :func:`compare_policies` (or :func:`plan_names`) as one table.
+
+    The same table as ``Comparison(rows).table()``: HTML in a notebook, plain text from
+    ``str()``, both with memory and FLOPs in the unit that suits each column.
 
     Args:
         rows: The rows to show, in order (any iterable, a generator too).
 
     Returns:
-        A header and one line per row, with residual and temporary memory in MiB, the
-        true FLOPs and XLA's reported FLOPs in GFLOPs, and the ratio to the baseline.
+        A :class:`~remat_guide.tables.Table` with one line per row: residual and
+        temporary memory, the true FLOPs and XLA's reported FLOPs, and the ratio to the
+        baseline.
 
     Raises:
         TypeError: If ``rows`` is not an iterable, or a row is not a :class:`PolicyRow`.
@@ -409,74 +332,12 @@ def policy_table(rows: Iterable[PolicyRow]) -> str:
     Examples:
         >>> from remat_guide import PolicyRow, policy_table
         >>> row = PolicyRow("no checkpoint", None, 2**20, 3 * 2**20, 4 * 10**9, 10**9, 1.0)
-        >>> print(policy_table([row]))
-        policy         residual MiB  temp MiB  GFLOPs  XLA-reported GFLOPs  FLOPs ratio
-        -------------  ------------  --------  ------  -------------------  -----------
-        no checkpoint          1.00      3.00   4.000                1.000        1.000
+        >>> table = policy_table([row])
+        >>> list(table.frame.columns)
+        ['policy', 'residuals', 'XLA temp', 'true FLOPs', 'XLA-reported FLOPs', 'FLOPs vs no checkpoint']
+        >>> str(table).splitlines()[0].split("  ")[:3]
+        ['policy', '', ' residuals (MiB)']
+        >>> str(table).splitlines()[2].split()
+        ['no', 'checkpoint', '1.00', '3.00', '4.00', '1.00', '1.000×']
     """
-    rows = _policy_rows(rows)
-    header = ("policy", "residual MiB", "temp MiB", "GFLOPs", "XLA-reported GFLOPs", "FLOPs ratio")
-    body = [(row.name, f"{row.residual_bytes / 2**20:.2f}", f"{row.temp_bytes / 2**20:.2f}",
-             f"{row.flops / 1e9:.3f}", f"{row.reported_flops / 1e9:.3f}", f"{row.flops_ratio:.3f}")
-            for row in rows]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])])
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
-
-
-# --- checks made before anything is compiled -------------------------------------------
-
-
-def _check_inputs(args: tuple, argnums: Any) -> int | tuple[int, ...]:
-    """The loss's arguments and ``argnums``; returns ``argnums`` normalised."""
-    paths, _ = jax.tree_util.tree_flatten_with_path(args)
-    names = [f"args{jax.tree_util.keystr(path)}" for path, _ in paths]
-    validation.arguments([leaf for _, leaf in paths], names)
-    argnums = validation.argnums(argnums, len(args))
-    selected = {argnums} if isinstance(argnums, int) else set(argnums)
-    chosen = [(leaf, name) for (path, leaf), name in zip(paths, names) if path[0].idx in selected]
-    validation.require_floating([leaf for leaf, _ in chosen], [name for _, name in chosen],
-                                every=True, why=f"jax.grad differentiates argnums={argnums}")
-    return argnums
-
-
-def _check_loss(loss: Callable, args: tuple, argnums: Any, name: str) -> tuple[Any, Any]:
-    """Traces a loss and its gradient (no compilation); returns both jaxprs."""
-    forward, out_shape = jax.make_jaxpr(loss, return_shape=True)(*args)
-    validation.floating_scalar(out_shape, name)
-    gradient = jax.make_jaxpr(jax.grad(loss, argnums=argnums))(*args)
-    validation.check_program(gradient.jaxpr, f"the gradient of {name}")
-    return forward.jaxpr, gradient.jaxpr
-
-
-def _check_baseline(loss_for: Callable, args: tuple, argnums: Any) -> list[str]:
-    """Checks the baseline loss; returns the ``checkpoint_name`` tags it uses."""
-    forward, _ = _check_loss(_call(loss_for, None), args, argnums, "loss_for(None)")
-    if validation.contains_checkpoint(forward):
-        warnings.warn(
-            "loss_for(None) still uses jax.checkpoint, so the 'no checkpoint' row and every "
-            "FLOPs ratio are measured against a checkpointed program; loss_for(None) should "
-            "return the loss without any jax.checkpoint",
-            UserWarning, stacklevel=3)
-    return validation.tagged_names(forward)
-
-
-def _check_policies(loss_for: Callable, chosen: Mapping[str, Any], args: tuple, argnums: Any,
-                    tags: Sequence[str]) -> None:
-    """Each policy: its signature and answers, its names, and that ``loss_for`` uses it."""
-    for label, policy in chosen.items():
-        name = f"policies[{label!r}]"
-        validation.policy(policy, name)
-        validation.check_policy_names(policy, name, tags)
-        probe = validation.PolicyProbe(policy, name)
-        _check_loss(_call(loss_for, probe), args, argnums, f"loss_for({name})")
-        if not probe.called:
-            raise ValueError(
-                f"loss_for ignores its policy: JAX never consults {name} when it "
-                "differentiates loss_for(policy), so the row would be the same for every "
-                "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
-            )
+    return Comparison(rows).table()

@@ -7,10 +7,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["checkpoint_dot_policy"]
+__all__ = ["checkpoint_dot_policy", "pipeline"]
 
 
-def _pipeline(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
+def pipeline(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
+    """The exercise's computation, ``sum((relu(x @ w1) @ w2) ** 2)``, without any checkpoint.
+
+    The one definition of the pipeline: the solution checkpoints it, and the pages and
+    :func:`remat_guide.models.exercise_loss` run it.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.exercise import pipeline
+        >>> pipeline(jnp.eye(2), jnp.eye(2), jnp.array([[1.0, -2.0]]))
+        Array(1., dtype=float32)
+    """
     y = x @ w1
     y = jax.nn.relu(y)
     y = y @ w2
@@ -18,7 +29,7 @@ def _pipeline(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
 
 
 _checkpointed_pipeline = jax.checkpoint(
-    _pipeline, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    pipeline, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable
 )
 
 
@@ -71,10 +82,9 @@ def checkpoint_dot_policy(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Arr
 
         The gradient is the one of the same pipeline without ``jax.checkpoint``:
 
-        >>> def plain(w1, w2, x):
-        ...     return jnp.sum((jax.nn.relu(x @ w1) @ w2) ** 2)
+        >>> from remat_guide.exercise import pipeline
         >>> grads = jax.grad(checkpoint_dot_policy, argnums=(0, 1, 2))(w1, w2, x)
-        >>> expected = jax.grad(plain, argnums=(0, 1, 2))(w1, w2, x)
+        >>> expected = jax.grad(pipeline, argnums=(0, 1, 2))(w1, w2, x)
         >>> all(jnp.allclose(g, e) for g, e in zip(grads, expected))
         True
 

@@ -7,8 +7,8 @@ import re
 
 import jax
 
-from remat_guide import validation
-from remat_guide.jax_internals import hlo_flops
+from remat_guide import _validation as validation
+from remat_guide._jax_internals import hlo_flops
 
 __all__ = ["FlopCount", "Loop", "count_flops"]
 

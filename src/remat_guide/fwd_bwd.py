@@ -11,9 +11,9 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
-from remat_guide import validation
-from remat_guide.jax_internals import scan_operands
-from remat_guide.residuals import _check_arguments, _trace_vjp
+from remat_guide import _validation as validation
+from remat_guide._jax_internals import scan_operands
+from remat_guide._tracing import check_arguments, trace_vjp
 
 __all__ = ["FwdBwd", "Line", "fwd_bwd"]
 
@@ -387,8 +387,8 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
         ((), ('sin', 'cos', 'cos'))
     """
     validation.callable_arg(f, "f")
-    _check_arguments(f, args, kwargs)
-    fwd, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
+    check_arguments(f, args, kwargs)
+    fwd, out_shape, vjp_shape = trace_vjp(f, args, kwargs)
     validation.check_outputs(out_shape, "f")
     res_specs, vjp_tree = jax.tree_util.tree_flatten(vjp_shape)
     ct_specs, ct_tree = jax.tree_util.tree_flatten(out_shape)

@@ -9,17 +9,10 @@ from typing import Any
 
 import jax
 
-from remat_guide import validation
-from remat_guide.compare import (
-    STANDARD_POLICIES,
-    PolicyRow,
-    _call,
-    _check_baseline,
-    _check_inputs,
-    _measure,
-    compare_policies,
-    _names_label,
-)
+from remat_guide import _validation as validation
+from remat_guide._labels import names_label
+from remat_guide._measure import STANDARD_POLICIES, call_loss, check_baseline, check_inputs, measure
+from remat_guide.compare import PolicyRow, compare_policies
 
 __all__ = ["plan_names"]
 
@@ -156,8 +149,8 @@ def plan_names(
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
-    argnums = _check_inputs(args, argnums)
-    names = _names(names, _check_baseline(loss_for, args, argnums))
+    argnums = check_inputs(args, argnums)
+    names = _names(names, check_baseline(loss_for, args, argnums))
     key = _fingerprint(loss_for, args, argnums)
     if measured.setdefault(_ARGUMENTS, key) != key:
         raise ValueError("measured holds rows of another loss_for, other args or argnums; "
@@ -176,13 +169,13 @@ def plan_names(
     sets: dict[frozenset[str], PolicyRow] = {
         frozenset(): next(row for row in standard if row.name == "nothing_saveable")}
 
-    def measure(subset: frozenset[str]) -> PolicyRow:
+    def measure_set(subset: frozenset[str]) -> PolicyRow:
         nonlocal compiled
         chosen = [name for name in names if name in subset]
-        label = _names_label(chosen)
+        label = names_label(chosen)
         if label not in measured:
             policy = jax.checkpoint_policies.save_only_these_names(*chosen)
-            residual, temp, flops, reported = _measure(_call(loss_for, policy), args, argnums)
+            residual, temp, flops, reported = measure(call_loss(loss_for, policy), args, argnums)
             compiled += 1
             measured[label] = PolicyRow(label, policy, residual, temp, flops, reported,
                                         flops / base_flops if base_flops else float("nan"),
@@ -195,7 +188,7 @@ def plan_names(
         return min(fitting, key=lambda row: (row.flops, row.temp_bytes), default=None)
 
     for name in names:
-        measure(frozenset([name]))
+        measure_set(frozenset([name]))
     level = {frozenset(names)} if len(names) > 1 else set()
     while level:
         below: set[frozenset[str]] = set()
@@ -205,7 +198,7 @@ def plan_names(
                 if leader is not None and any(
                         row.flops >= leader.flops for other, row in sets.items() if other > subset):
                     continue
-                measure(subset)
+                measure_set(subset)
             row = sets[subset]
             if row.temp_bytes > budget_bytes and (leader is None or row.flops < leader.flops):
                 below.update(subset - {name} for name in subset)
@@ -215,7 +208,7 @@ def plan_names(
         for size in range(len(names) + 1):
             for subset in map(frozenset, itertools.combinations(names, size)):
                 if subset not in sets:
-                    measure(subset)
+                    measure_set(subset)
 
     chosen = best()
     if chosen is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -15,16 +14,17 @@ import jax.extend.source_info_util
 import numpy as np
 import pandas as pd
 
-from remat_guide import validation
+from remat_guide import _validation as validation
+from remat_guide._tracing import argument_names, check_arguments, trace_vjp
 from remat_guide.tables import Table
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
 # Notebook cells are compiled from files like /tmp/ipykernel_12345/678.py, whose folder
-# changes with every kernel, or "<cell N>" under remat_guide.page_setup: both show as "<cell>".
+# changes with every kernel, or "<cell N>" under remat_guide.site.page_setup: both show as "<cell>".
 _NOTEBOOK_CELL = re.compile(r"ipykernel_\d+|^<cell \d+>$")
 
-KINDS = ("argument", "named", "primitive", "constant")
+RESIDUAL_KINDS = ("argument", "named", "primitive", "constant")
 MEMORIES = ("device", "host")
 
 
@@ -68,8 +68,8 @@ class Residual:
             raise TypeError(f"Residual.dtype must be a NumPy dtype, got {self.dtype!r}") from error
         for field in ("kind", "name", "location", "memory"):
             validation.string(getattr(self, field), f"Residual.{field}")
-        if self.kind not in KINDS:
-            raise ValueError(f"Residual.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in RESIDUAL_KINDS:
+            raise ValueError(f"Residual.kind must be one of {RESIDUAL_KINDS}, got {self.kind!r}")
         if self.memory not in MEMORIES:
             raise ValueError(f"Residual.memory must be one of {MEMORIES}, got {self.memory!r}")
 
@@ -127,25 +127,20 @@ class Residuals(Sequence[Residual]):
 
     def by_kind(self, kind: str) -> Residuals:
         """Only the residuals of one kind (see :class:`Residual`)."""
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if kind not in RESIDUAL_KINDS:
+            raise ValueError(f"kind must be one of {RESIDUAL_KINDS}, got {kind!r}")
         return Residuals([r for r in self._items if r.kind == kind])
 
-    def table(self) -> str:
-        """A plain-text table: one row per residual, then the total."""
-        rows = [(r.type_str, f"{r.nbytes:,}", r.kind, r.source) for r in self._items]
+    def table(self) -> Table:
+        """The residuals as a :class:`~remat_guide.tables.Table`: one row each, the total in the caption.
+
+        ``str()`` of it (and of the residuals) is plain text; in a notebook it is HTML.
+        """
+        frame = pd.DataFrame([(r.type_str, r.nbytes, r.kind, r.source) for r in self._items],
+                             columns=["type", "bytes", "kind", "source"])
         count = len(self._items)
-        rows.append(("total", f"{self.total_bytes:,}", "", f"{count} residual{'' if count == 1 else 's'}"))
-        header = ("type", "bytes", "kind", "source")
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
-
-        def line(row: tuple[str, ...]) -> str:
-            cells = [row[0].ljust(widths[0]), row[1].rjust(widths[1]),
-                     row[2].ljust(widths[2]), row[3]]
-            return "  ".join(cells).rstrip()
-
-        rule = "  ".join("-" * w for w in widths)
-        return "\n".join([line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])
+        caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
+        return Table(frame, units={"bytes": "count"}, caption=caption)
 
     def to_pandas(self) -> pd.DataFrame:
         """The residuals as a DataFrame: one row each, with exact byte counts.
@@ -166,17 +161,13 @@ class Residuals(Sequence[Residual]):
             columns=["type", "bytes", "kind", "name", "location", "memory"])
 
     def _repr_html_(self) -> str:
-        count = len(self._items)
-        frame = pd.DataFrame([(r.type_str, r.nbytes, r.kind, r.source) for r in self._items],
-                             columns=["type", "bytes", "kind", "source"])
-        caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
-        return Table(frame, units={"bytes": "count"}, caption=caption)._repr_html_()
+        return self.table()._repr_html_()
 
     def __str__(self) -> str:
-        return self.table()
+        return str(self.table())
 
     def __repr__(self) -> str:
-        return self.table()
+        return str(self.table())
 
 
 def _memory_name(aval: Any) -> str:
@@ -195,77 +186,6 @@ def _stable_location(source_info: Any) -> str:
     file_name = summary["file"]
     file_name = "<cell>" if _NOTEBOOK_CELL.search(file_name) else os.path.basename(file_name)
     return f"{file_name}:{summary['line']} ({summary['function']})"
-
-
-def _argument_names(f: Callable, args: tuple, kwargs: dict) -> list[str]:
-    """One name per flattened leaf of ``(args, kwargs)``, such as ``params['w']``."""
-    try:
-        signature = inspect.signature(f)
-        bound = signature.bind(*args, **kwargs)
-        named_kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        positional_names = [name for name in list(bound.arguments)[: len(args)]
-                            if signature.parameters[name].kind in named_kinds]
-    except (TypeError, ValueError):
-        positional_names = []
-    names = []
-    for path, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
-        top, key, *rest = path
-        if top.idx == 0:
-            index = key.idx
-            base = positional_names[index] if index < len(positional_names) else f"args[{index}]"
-        else:
-            base = key.key
-        names.append(base + jax.tree_util.keystr(tuple(rest)))
-    return names
-
-
-def _check_arguments(f: Callable, args: tuple, kwargs: dict) -> None:
-    """The arguments of a function to differentiate: arrays, at least one floating-point."""
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    names = _argument_names(f, args, kwargs)
-    validation.arguments(leaves, names)
-    validation.require_floating(leaves, names, every=False,
-                                why="only floating-point values have gradients, as for jax.grad")
-
-
-def _trace_vjp(f: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
-    """Traces ``jax.vjp(f, *args, **kwargs)`` over the flattened arguments.
-
-    Returns its jaxpr, whose outputs end with the residuals, the shape of ``f``'s output,
-    and the shape of the VJP function, a pytree whose leaves are the residuals.
-    """
-    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
-
-    def flat_f(*flat_args):
-        call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, flat_args)
-        return f(*call_args, **call_kwargs)
-
-    try:
-        closed, (out_shape, vjp_shape) = jax.make_jaxpr(
-            lambda *flat_args: jax.vjp(flat_f, *flat_args), return_shape=True
-        )(*leaves)
-    except TypeError as error:
-        _explain_policy_error(flat_f, leaves, error)
-        raise
-    return closed.jaxpr, out_shape, vjp_shape
-
-
-def _explain_policy_error(flat_f: Callable, leaves: list, error: TypeError) -> None:
-    """Names the policy of ``f``'s ``jax.checkpoint`` that a TypeError came from, if one did."""
-    from remat_guide.policy_matrix import policy_label  # policy_matrix imports this module
-
-    try:
-        forward = jax.make_jaxpr(flat_f)(*leaves).jaxpr
-    except Exception:  # the error is not the policy's: the original one is raised
-        return
-    policies = [e.params["policy"] for e in validation.walk(forward)
-                if e.primitive.name in validation.CHECKPOINT_PRIMITIVES and e.params.get("policy")]
-    for policy in policies:
-        validation.policy(policy, f"the policy {policy_label(policy)} of a jax.checkpoint in f")
-    if policies and "remat policy" in str(error):
-        labels = ", ".join(dict.fromkeys(policy_label(p) for p in policies))
-        raise TypeError(f"a jax.checkpoint policy in f ({labels}) answered other than True/False "
-                        f"(or Saveable, Recompute, Offloadable(...)): {error}") from error
 
 
 def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
@@ -309,15 +229,14 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
         24
         >>> res = saved_residuals(jax.checkpoint(f), jnp.ones(3))
         >>> print(res)
+        1 residual, 12 bytes in all
         type    bytes  kind      source
-        ------  -----  --------  ----------
+        ------  -----  --------  ------
         f32[3]     12  argument  x
-        ------  -----  --------  ----------
-        total      12            1 residual
     """
     validation.callable_arg(f, "f")
-    _check_arguments(f, args, kwargs)
-    jaxpr, out_shape, vjp_shape = _trace_vjp(f, args, kwargs)
+    check_arguments(f, args, kwargs)
+    jaxpr, out_shape, vjp_shape = trace_vjp(f, args, kwargs)
     validation.check_outputs(out_shape, "f")
     num_residuals = jax.tree_util.tree_structure(vjp_shape).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
@@ -338,7 +257,7 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
         memory = wanted.get(var, "device") if isinstance(var, jax.extend.core.Var) else "device"
         return Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location, memory)
 
-    arg_names = _argument_names(f, args, kwargs)
+    arg_names = argument_names(f, args, kwargs)
     items = []
     for var in residual_vars:
         if not isinstance(var, jax.extend.core.Var):

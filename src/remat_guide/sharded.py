@@ -10,8 +10,9 @@ import jax
 import jax.extend.core
 import numpy as np
 
-from remat_guide import validation
-from remat_guide.residuals import Residual, _trace_vjp, saved_residuals
+from remat_guide import _validation as validation
+from remat_guide._tracing import trace_vjp
+from remat_guide.residuals import Residual, saved_residuals
 
 __all__ = ["ShardedResidual", "is_sharded", "residual_shardings"]
 
@@ -115,7 +116,7 @@ def residual_shardings(f: Callable, *args: Any) -> list[ShardedResidual]:
     """
     validation.callable_arg(f, "f")
     listed = saved_residuals(f, *args)
-    jaxpr, _, vjp_shape = _trace_vjp(f, args, {})
+    jaxpr, _, vjp_shape = trace_vjp(f, args, {})
     leaves = jax.tree.leaves(vjp_shape)
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - len(leaves):]
     compiled = jax.jit(lambda *a: jax.vjp(f, *a)[1]).lower(*args).compile()

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["KINDS", "Table", "unit_for"]
+__all__ = ["COLUMN_UNITS", "Table", "unit_for"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
 
 # How a numeric column is shown: "bytes" and "flops" in one unit per column, chosen from
 # the column's largest value; "ratio" as a multiple; "count" as an integer with separators.
-KINDS = ("bytes", "flops", "ratio", "count")
+COLUMN_UNITS = ("bytes", "flops", "ratio", "count")
 
 
 def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
@@ -58,6 +59,14 @@ def _formatter(kind: str, size: int) -> Any:
     return lambda v: "" if pd.isna(v) else f"{v / size:,.2f}"
 
 
+def _text(value: Any, html_cell: bool) -> str:
+    """A cell as plain text: HTML cells lose their tags; a missing value is empty."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    text = str(value)
+    return html.unescape(re.sub(r"<[^>]+>", "", text)) if html_cell else text
+
+
 def _breakable(value: Any) -> str:
     """Escaped text that may wrap after an underscore: long policy names stay readable."""
     return html.escape(str(value)).replace("_", "_<wbr>")
@@ -72,7 +81,7 @@ class Table:
 
     Args:
         frame: The values, one row per line of the table; the index is not shown.
-        units: For each numeric column to format, one of :data:`KINDS`.
+        units: For each numeric column to format, one of :data:`COLUMN_UNITS`.
         cell_classes: CSS classes for cells, a DataFrame shaped like ``frame``
             (empty strings for none); the site's stylesheet colours some of them.
         caption: A caption shown above the table.
@@ -85,7 +94,7 @@ class Table:
     Raises:
         TypeError: If ``frame`` is not a DataFrame or ``cell_classes`` is given and is not one.
         ValueError: If ``units`` names a column that ``frame`` lacks or a kind not in
-            :data:`KINDS`, or ``cell_classes`` is not shaped like ``frame``.
+            :data:`COLUMN_UNITS`, or ``cell_classes`` is not shaped like ``frame``.
 
     Examples:
         >>> import pandas as pd
@@ -94,8 +103,9 @@ class Table:
         ...               units={"temp": "bytes"})
         >>> print(table)
         policy  temp (MiB)
-             a        1.00
-             b        3.00
+        ------  ----------
+        a             1.00
+        b             3.00
         >>> '<td class="data row1 col1 num" >3.00</td>' in table._repr_html_()
         True
     """
@@ -110,8 +120,8 @@ class Table:
         for column, kind in units.items():
             if column not in frame.columns:
                 raise ValueError(f"units names {column!r}, which frame lacks; it has {list(frame.columns)}")
-            if kind not in KINDS:
-                raise ValueError(f"units[{column!r}] must be one of {KINDS}, got {kind!r}")
+            if kind not in COLUMN_UNITS:
+                raise ValueError(f"units[{column!r}] must be one of {COLUMN_UNITS}, got {kind!r}")
         if cell_classes is not None:
             if not isinstance(cell_classes, pd.DataFrame):
                 raise TypeError(f"cell_classes must be a DataFrame, got {type(cell_classes).__name__}")
@@ -171,10 +181,26 @@ class Table:
 
     def __str__(self) -> str:
         shown, formatters = self._shown()
-        text = shown.to_string(index=False, formatters=formatters)
+        raw = {header for column, header in zip(self.frame.columns, shown.columns)
+               if column in self.html_columns}
+        columns = [str(column) for column in shown.columns]
+        cells = [[formatters[column](value) if column in formatters
+                  else _text(value, html_cell=column in raw) for value in shown[column]]
+                 for column in shown.columns]
+        widths = [max([len(header), *map(len, column)]) for header, column in zip(columns, cells)]
+        numeric = [column in formatters for column in shown.columns]
+
+        def line(values: Iterable[str]) -> str:
+            return "  ".join(value.rjust(width) if right else value.ljust(width)
+                             for value, width, right in zip(values, widths, numeric)).rstrip()
+
+        lines = [line(columns), "  ".join("-" * width for width in widths),
+                 *(line(row) for row in zip(*cells))]
         if self.legend:
-            text = "key: " + ", ".join(self.legend.values()) + "\n" + text
-        return f"{self.caption}\n{text}" if self.caption else text
+            lines.insert(0, "key: " + ", ".join(self.legend.values()))
+        if self.caption:
+            lines.insert(0, self.caption)
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
         return str(self)

@@ -22,7 +22,7 @@ def executed_notebook(outdir: str | pathlib.Path, pagename: str) -> pathlib.Path
         The path of ``<pagename>.ipynb`` in MyST-NB's ``jupyter_execute`` folder.
 
     Examples:
-        >>> from remat_guide.notebook_downloads import executed_notebook
+        >>> from notebook_downloads import executed_notebook
         >>> executed_notebook("_build/html", "reference/policies").as_posix()
         '_build/jupyter_execute/reference/policies.ipynb'
     """

@@ -37,7 +37,7 @@ def pages_with_index_entries(env: Any) -> list[str]:
 
     Examples:
         >>> from types import SimpleNamespace
-        >>> from remat_guide.build_stability import pages_with_index_entries
+        >>> from build_stability import pages_with_index_entries
         >>> index = SimpleNamespace(entries={"api": [("single", "f()", "f", "", None)], "tutorial": []})
         >>> pages_with_index_entries(SimpleNamespace(domains=SimpleNamespace(index_domain=index)))
         ['api']
@@ -59,7 +59,7 @@ def index_entries_for_search(entries: list[tuple[str, str, str, str, Any]]) -> l
         ``(term, target_id, main)`` tuples, sorted.
 
     Examples:
-        >>> from remat_guide.build_stability import index_entries_for_search
+        >>> from build_stability import index_entries_for_search
         >>> index_entries_for_search([("single", "f() (in module m)", "m.f", "", None)])
         [('f() (in module m)', 'm.f', '')]
     """

@@ -11,12 +11,13 @@ import pandas as pd
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
-from remat_guide import validation
+from remat_guide import _validation as validation
+from remat_guide._labels import policy_label
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 from remat_guide.tables import Table
 
 __all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
-           "keeps", "matrix_markdown", "matrix_table", "policy_label"]
+           "keeps", "matrix_table"]
 
 BATCH, SEQ, WIDTH = 2, 4, 8
 
@@ -48,7 +49,7 @@ def example_model(w: jax.Array, kernel: jax.Array, x: jax.Array) -> jax.Array:
         ValueError: If an argument does not have the shape above.
 
     Examples:
-        >>> from remat_guide.policy_matrix import example_inputs, example_model
+        >>> from remat_guide.site.policy_matrix import example_inputs, example_model
         >>> example_model(*example_inputs()).shape
         ()
     """
@@ -72,7 +73,7 @@ def example_inputs() -> tuple[jax.Array, jax.Array, jax.Array]:
     """Arguments ``(w, kernel, x)`` for :func:`example_model`, drawn from a fixed key.
 
     Examples:
-        >>> from remat_guide.policy_matrix import example_inputs
+        >>> from remat_guide.site.policy_matrix import example_inputs
         >>> [a.shape for a in example_inputs()]
         [(8, 8), (1, 1, 3, 3), (8, 8)]
     """
@@ -91,7 +92,8 @@ def example_policies() -> dict[str, Callable]:
 
     Examples:
         >>> import jax
-        >>> from remat_guide.policy_matrix import example_policies, policy_label
+        >>> from remat_guide import policy_label
+        >>> from remat_guide.site.policy_matrix import example_policies
         >>> policies = example_policies()
         >>> sorted(policies) == sorted(vars(jax.checkpoint_policies))
         True
@@ -121,58 +123,6 @@ def example_policies() -> dict[str, Callable]:
     }
 
 
-def policy_label(policy: Callable) -> str:
-    """A short, deterministic name for a policy, for messages and printed listings.
-
-    The ``repr`` of a policy is useless for that: policies are plain functions and
-    closures whose ``repr`` holds a memory address.
-
-    Args:
-        policy: A policy (any callable).
-
-    Returns:
-        The name(s) under which ``jax.checkpoint_policies`` holds ``policy``, joined by
-        ``" / "`` (aliases share one function); else, for a function built inside a
-        factory, the factory's name followed by ``(...)``; else the function's qualified
-        name (without the functions it is nested in); else the class name of a
-        callable object.
-
-    Raises:
-        TypeError: If ``policy`` is not callable.
-
-    Examples:
-        >>> import jax
-        >>> from remat_guide.policy_matrix import policy_label
-        >>> P = jax.checkpoint_policies
-        >>> policy_label(P.everything_saveable)
-        'everything_saveable'
-        >>> policy_label(P.save_any_names_but_these("act"))
-        'save_any_names_but_these(...)'
-        >>> def mine(prim, *avals, **params):
-        ...     return False
-        >>> policy_label(mine)
-        'mine'
-        >>> policy_label(P.save_from_both_policies(mine, P.nothing_saveable))
-        'mine'
-    """
-    if not callable(policy):
-        raise TypeError(f"policy must be callable, got {type(policy).__name__}")
-    names = [name for name, p in vars(jax.checkpoint_policies).items() if p is policy]
-    if names:
-        return " / ".join(names)
-    qualname = getattr(policy, "__qualname__", None)
-    if not isinstance(qualname, str):
-        return type(policy).__name__
-    if ".<locals>." not in qualname:
-        return qualname
-    outer, _, inner = qualname.rpartition(".<locals>.")
-    factory = getattr(jax.checkpoint_policies, outer, None)
-    if factory is not None and getattr(factory, "__module__", None) == getattr(
-            policy, "__module__", ""):
-        return f"{outer}(...)"
-    return inner
-
-
 def classify(residual: Residual) -> str:
     """The column of :data:`COLUMNS` that a residual of :func:`example_model` belongs to.
 
@@ -190,7 +140,7 @@ def classify(residual: Residual) -> str:
     Examples:
         >>> import numpy as np
         >>> from remat_guide import Residual
-        >>> from remat_guide.policy_matrix import classify
+        >>> from remat_guide.site.policy_matrix import classify
         >>> classify(Residual((2, 4, 4), np.dtype("float32"), "primitive", "dot_general"))
         'batched matmul'
     """
@@ -228,7 +178,7 @@ def keeps(policy: Callable | None, *, checkpointed: bool = True) -> tuple[Residu
 
     Examples:
         >>> import jax
-        >>> from remat_guide.policy_matrix import keeps
+        >>> from remat_guide.site.policy_matrix import keeps
         >>> residuals, row = keeps(jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
         >>> row["matmul"], row["batched matmul"], row["inputs"]
         ('saved', 'not kept', 'saved')
@@ -271,45 +221,6 @@ def _check_row(row: Any, where: str) -> None:
         raise ValueError(f"{where} lacks the columns {missing}")
 
 
-def matrix_markdown(rows: Mapping[str, Mapping[str, str]]) -> str:
-    """A Markdown table: one row per policy, one column per kind of value.
-
-    Args:
-        rows: For each row label, a mapping from every column of :data:`COLUMNS` to its
-            cell, as returned by :func:`keeps`.
-
-    Returns:
-        The table as Markdown text.
-
-    Raises:
-        TypeError: If ``rows`` is not a mapping of mappings, or a label or cell is not a str.
-        ValueError: If a row lacks one of :data:`COLUMNS` or has another column, or a
-            label or cell holds ``|`` or a line break (which would break the table).
-
-    Examples:
-        >>> from remat_guide.policy_matrix import COLUMNS, matrix_markdown
-        >>> print(matrix_markdown({"p": dict.fromkeys(COLUMNS, "saved")}).splitlines()[0])
-        | policy | inputs | matmul | batched matmul | convolution | named 'proj' | named 'act' | other intermediates |
-    """
-    lines = ["| policy | " + " | ".join(COLUMNS) + " |",
-             "|" + "---|" * (len(COLUMNS) + 1)]
-    if not isinstance(rows, Mapping):
-        raise TypeError(f"rows must be a mapping from labels to rows, got {type(rows).__name__}")
-    for label, row in rows.items():
-        validation.string(label, "rows: each label")
-        _check_row(row, f"rows[{label!r}]")
-        extra = [c for c in row if c not in COLUMNS]
-        if extra:
-            raise ValueError(f"rows[{label!r}] has columns the table does not show: {extra}")
-        for text, what in [(label, "rows: the label"),
-                           *((row[c], f"rows[{label!r}][{c!r}]") for c in COLUMNS)]:
-            validation.string(text, what)
-            if "|" in text or "\n" in text:
-                raise ValueError(f"{what} must not hold '|' or a line break, got {text!r}")
-        lines.append(f"| {label} | " + " | ".join(row[c] for c in COLUMNS) + " |")
-    return "\n".join(lines)
-
-
 # What a cell of the matrix table says, given what keeps() found for the policy and for the
 # model without jax.checkpoint. A value that the plain backward pass does not keep is one it
 # never reads; one that it keeps but the policy does not is recomputed.
@@ -337,7 +248,7 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         ValueError: If a row or the baseline lacks one of :data:`COLUMNS`.
 
     Examples:
-        >>> from remat_guide.policy_matrix import COLUMNS, matrix_table
+        >>> from remat_guide.site.policy_matrix import COLUMNS, matrix_table
         >>> baseline = dict.fromkeys(COLUMNS, "not kept") | {"matmul": "saved"}
         >>> row = dict.fromkeys(COLUMNS, "not kept") | {"inputs": "saved"}
         >>> frame = matrix_table({"p": row}, baseline).frame

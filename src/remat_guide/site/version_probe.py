@@ -191,7 +191,7 @@ def residual_lines(fn: Callable, *args: Any) -> list[str]:
     Examples:
         >>> import jax
         >>> import jax.numpy as jnp
-        >>> from remat_guide.version_probe import residual_lines
+        >>> from remat_guide.site.version_probe import residual_lines
         >>> residual_lines(jax.checkpoint(lambda x: jnp.sum(jnp.sin(jnp.sin(x)))), jnp.ones(3))
         ['f32[3] from the argument x']
     """
@@ -358,7 +358,7 @@ def probe() -> dict[str, Any]:
 
     Examples:
         >>> import jax
-        >>> from remat_guide.version_probe import probe
+        >>> from remat_guide.site.version_probe import probe
         >>> document = probe()
         >>> document["jax"] == jax.__version__
         True
@@ -421,7 +421,7 @@ def residual_summary(lines: Any) -> str:
         TypeError: If ``lines`` is neither a list of str nor an error dict.
 
     Examples:
-        >>> from remat_guide.version_probe import residual_summary
+        >>> from remat_guide.site.version_probe import residual_summary
         >>> residual_summary(["f32[2,3] from the argument x", "f32[2,3] named 'a'",
         ...                   "f32<host>[2,5] output of device_put", "f32[2,5] output of tanh"])
         "x · 'a' · host:device_put[2,5] tanh[2,5]"
@@ -473,12 +473,13 @@ def comparison_table(first_header: str, versions: list[str],
             ``len(versions)``.
 
     Examples:
-        >>> from remat_guide.version_probe import comparison_table
+        >>> from remat_guide.site.version_probe import comparison_table
         >>> table = comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])])
         >>> print(table)
-        item        1        2
-           a <code>x</code> <code>x</code>
-           b <code>x</code> <code>y</code> changed
+        item  1  2
+        ----  -  -  -------
+        a     x  x
+        b     x  y  changed
         >>> '<td class="data row1 col0 remat-changed" >b</td>' in table._repr_html_()
         True
     """
@@ -515,7 +516,7 @@ def changed_rows(rows: list[tuple[str, list[Any]]]) -> list[str]:
         The labels of the changed rows, in order.
 
     Examples:
-        >>> from remat_guide.version_probe import changed_rows
+        >>> from remat_guide.site.version_probe import changed_rows
         >>> changed_rows([("a", ["x", "x"]), ("b", ["x", "y"])])
         ['b']
     """
@@ -536,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         SystemExit: With a usage message, if arguments are given.
 
     Examples:
-        >>> from remat_guide.version_probe import main
+        >>> from remat_guide.site.version_probe import main
         >>> main(["--json"])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         SystemExit: usage: python ... (no arguments), got ['--json']

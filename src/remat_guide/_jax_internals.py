@@ -31,7 +31,7 @@ def hlo_flops(hlo_text: str) -> float:
         The ``"flops"`` entry of XLA's cost analysis (0.0 when XLA reports none).
 
     Examples:
-        >>> from remat_guide.jax_internals import hlo_flops
+        >>> from remat_guide._jax_internals import hlo_flops
         >>> hlo_flops('''HloModule m
         ...
         ... ENTRY %main (a: f32[4,4], b: f32[4,4]) -> f32[4,4] {
@@ -64,7 +64,7 @@ def scan_operands(params: dict[str, Any], operands: list[Any]) -> tuple[list[Any
     Examples:
         >>> import jax
         >>> import jax.numpy as jnp
-        >>> from remat_guide.jax_internals import scan_operands
+        >>> from remat_guide._jax_internals import scan_operands
         >>> def step(carry, x):
         ...     return carry * 2.0 + x, None
         >>> jaxpr = jax.make_jaxpr(lambda c, xs: jax.lax.scan(step, c, xs))(1.0, jnp.ones(3))

@@ -6,7 +6,6 @@ import sys
 import types
 from typing import Any
 
-
 # The site's plot style; svg.hashsalt fixes the ids that matplotlib would otherwise draw at random.
 PLOT_STYLE = {
     "svg.hashsalt": "remat-guide",
@@ -27,7 +26,7 @@ def _cell_name(compiler: Any, raw_code: str, transformed_code: str, number: int)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Sets up a page's kernel; run by ``%load_ext remat_guide.page_setup`` in its first cell.
+    """Sets up a page's kernel; run by ``%load_ext remat_guide.site.page_setup`` in its first cell.
 
     Plots come out as SVG (crisp at any zoom) in one style for the whole site: no offset
     tick labels, legends in readable type, and files without a date or random ids, so that
@@ -54,7 +53,11 @@ def load_ipython_extension(ipython: Any) -> None:
             stream.flush_interval = 3600.0
     ipython.compile.get_code_name = types.MethodType(_cell_name, ipython.compile)
     ipython.InteractiveTB.set_mode(mode="Minimal")
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError("the site's pages draw plots with matplotlib: install the site's "
+                                  "requirements (pip install -r requirements.txt)") from error
 
     matplotlib.rcParams.update(PLOT_STYLE)
     ipython.run_line_magic("config", "InlineBackend.figure_formats = ['svg']")
