@@ -31,6 +31,7 @@ STANDARD_POLICIES = (
 
 
 def standard_policy(name: str) -> Any:
+    """The policy of ``jax.checkpoint_policies`` called ``name``; a ValueError for a factory or an unknown name."""
     policy = getattr(jax.checkpoint_policies, name, None)
     if policy is None or name.startswith("_"):
         known = ", ".join(sorted(n for n in vars(jax.checkpoint_policies) if not n.startswith("_")))
@@ -56,6 +57,7 @@ def default_policies(tags: Sequence[str]) -> dict[str, Any]:
 
 
 def as_policies(policies: Any) -> dict[str, Any]:
+    """The ``policies`` argument of compare_policies as a dict from labels to checked policies."""
     if isinstance(policies, Mapping):
         result = {}
         for label, policy in policies.items():
@@ -80,6 +82,7 @@ def as_policies(policies: Any) -> dict[str, Any]:
 
 
 def call_loss(loss_for: Callable, policy: Any) -> Callable:
+    """``loss_for(policy)``, refused unless it is a function."""
     loss = loss_for(policy)
     if not callable(loss):
         raise TypeError(f"loss_for(policy) must return a loss function, got {type(loss).__name__}")
@@ -87,6 +90,7 @@ def call_loss(loss_for: Callable, policy: Any) -> Callable:
 
 
 def measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tuple[int, int, int, int]:
+    """Compiles ``jax.jit(jax.grad(loss))``: its residual bytes, temporary bytes, true and reported FLOPs."""
     out = jax.eval_shape(loss, *args)
     if getattr(out, "shape", None) != ():
         raise ValueError(
