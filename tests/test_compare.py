@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
-from conftest import html_tables, table_with
+from helpers import html_tables, table_with
 from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, recommend_policy
 from remat_guide.models import (
     TRANSFORMER_NAMES,

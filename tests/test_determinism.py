@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 # Patterns searched in the raw HTML (attributes included).
 RAW_PATTERNS = {

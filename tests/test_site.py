@@ -4,7 +4,7 @@ import jax
 import pytest
 from myst_nb.core.read import read_myst_markdown_notebook
 
-from conftest import ROOT, page_text
+from helpers import ROOT, page_text
 
 NOTEBOOK_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
                         if "file_format: mystnb" in p.read_text(encoding="utf-8"))
