@@ -1,4 +1,4 @@
-"""Plain helpers shared by the tests: the checkout's root, and the text and tables of a built page."""
+"""Plain helpers shared by the tests: the checkout, its notebook pages, and the text and tables of a built page."""
 
 import html
 import html.parser
@@ -6,6 +6,9 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The sources of the pages that run as notebooks.
+NOTEBOOK_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
+                        if "file_format: mystnb" in p.read_text(encoding="utf-8"))
 
 
 def page_text(page_html: str) -> str:
