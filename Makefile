@@ -93,8 +93,8 @@ test: html chromium  ## Build the site; run unit tests, doctests, site, link and
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	[ $$tests = 0 ] && [ $$same = 0 ]
 
-test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests and doctests that need no built site.
-	$(BIN)/python -m pytest -m "not site"
+test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests (tests/unit) and doctests, which need no built site.
+	$(BIN)/python -m pytest tests/unit src docs/_ext
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/site/test_links.py

@@ -30,7 +30,7 @@ def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks every test that reads the built site, so `make test-unit` can leave them out."""
+    """Marks every test that reads the built site with ``site``: the kind that tests/site/ holds."""
     for item in items:
         if "site_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.site)
