@@ -93,11 +93,11 @@ test: html chromium  ## Build the site; run unit tests, doctests, site, link and
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	[ $$tests = 0 ] && [ $$same = 0 ]
 
-test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests and doctests that need no built site.
-	$(BIN)/python -m pytest -m "not site"
+test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests (tests/unit) and doctests, which need no built site.
+	$(BIN)/python -m pytest tests/unit src docs/_ext
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
-	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/test_links.py
+	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/site/test_links.py
 
 # The site that `make html` built (reusing executed pages, maybe over an earlier build) must be
 # byte-identical to a clean build: a copy of the working tree in a folder of another name,

@@ -5,7 +5,7 @@ import re
 import jax
 import pytest
 
-from conftest import page_text
+from helpers import page_text
 from remat_guide.site.api_items import api_items
 
 PAGES = ["index", "parameters", "policies", "ad_checkpoint", "remat3", "api_index"]

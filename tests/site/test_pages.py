@@ -1,13 +1,8 @@
 """The built site: every page shows the JAX version that ran it; the exercise shows its output."""
 
 import jax
-import pytest
-from myst_nb.core.read import read_myst_markdown_notebook
 
-from conftest import ROOT, page_text
-
-NOTEBOOK_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
-                        if "file_format: mystnb" in p.read_text(encoding="utf-8"))
+from helpers import NOTEBOOK_PAGES, ROOT, page_text
 
 
 def test_every_page_names_the_jax_version_that_ran_it(site_dir):
@@ -15,14 +10,6 @@ def test_every_page_names_the_jax_version_that_ran_it(site_dir):
     assert len(pages) >= len(NOTEBOOK_PAGES)
     for page in pages:
         assert f"produced at build time by JAX {jax.__version__}" in page.read_text(encoding="utf-8"), page
-
-
-@pytest.mark.parametrize("source", NOTEBOOK_PAGES, ids=lambda p: str(p.relative_to(ROOT / "docs")))
-def test_every_executed_page_starts_with_page_setup(source):
-    notebook = read_myst_markdown_notebook(source.read_text(encoding="utf-8"))
-    first = next(cell for cell in notebook.cells if cell.cell_type == "code")
-    assert first.source.strip() == "%load_ext remat_guide.site.page_setup"
-    assert first.metadata.get("tags") == ["remove-cell"]
 
 
 def test_exercise_page_shows_executed_residuals_and_grading(built_page):

@@ -2,7 +2,6 @@
 
 import inspect
 import logging
-import pathlib
 import re
 import types
 
@@ -11,9 +10,10 @@ import jax.ad_checkpoint
 import pytest
 
 import api_coverage
+from helpers import ROOT
 from remat_guide.site import api_items as coverage
 
-REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference"
+REFERENCE = ROOT / "docs" / "reference"
 EXT = REFERENCE.parent / "_ext"
 LABEL_ABOVE_HEADING = re.compile(r"^\((?P<label>[\w-]+)\)=\n#+ ", re.MULTILINE)
 

@@ -1,6 +1,6 @@
 """The built "What changed across versions" page shows the probe's results for the three versions."""
 
-from conftest import page_text
+from helpers import page_text
 
 
 def test_versions_page_compares_the_three_versions_on_the_cpu(built_page):

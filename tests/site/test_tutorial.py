@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import page_text, table_with
+from helpers import page_text, table_with
 
 
 @pytest.fixture(scope="module")

@@ -121,13 +121,3 @@ def test_a_measured_dict_belongs_to_one_model(sweep):
 def test_loss_for_must_be_callable():
     with pytest.raises(TypeError, match="loss_for must be callable"):
         plan_names("transformer", *ARGS, budget_bytes=10)
-
-
-def test_choosing_page_shows_the_planned_sweep(built_page):
-    import html as html_lib
-    import re
-
-    page = built_page("choosing.html")
-    text = html_lib.unescape(re.sub(r"<[^>]+>|<wbr>", "", page))
-    assert "plan_names chose" in text and "best standard policy" in text and "budget (MiB)" in text
-    assert "save_dot_except_mlp" in text and "policies compiled by the sweep" in text
