@@ -33,7 +33,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv jax-envs html test test-unit test-repro repro-check linkcheck chromium bench-build bench clean distclean
+.PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench clean distclean
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -85,7 +85,10 @@ $(BUILD)/.inputs: $(STAMP) $(PACKAGE_SOURCES)
 html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
 
-test: html chromium  ## Build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
+lint: $(STAMP)  ## Lint and check the import order of all Python code with ruff (configured in pyproject.toml).
+	$(BIN)/ruff check src tests benchmarks docs/_ext conf.py
+
+test: lint html chromium  ## Lint; build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
 	@# The clean build of test-repro runs while pytest does.
 	@mkdir -p $(BUILD)
 	@$(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
@@ -93,7 +96,7 @@ test: html chromium  ## Build the site; run unit tests, doctests, site, link and
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	[ $$tests = 0 ] && [ $$same = 0 ]
 
-test-unit: $(STAMP) $(JAX_ENV_STAMP)  ## Only the unit tests (tests/unit) and doctests, which need no built site.
+test-unit: lint $(JAX_ENV_STAMP)  ## Lint, then only the unit tests (tests/unit) and doctests, which need no built site.
 	$(BIN)/python -m pytest tests/unit src docs/_ext
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
