@@ -143,7 +143,7 @@ bench: $(STAMP)  ## Time jit(grad) per policy, compare_policies and plan_names o
 
 clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info
-	find src tests -name __pycache__ -type d -prune -exec rm -rf {} +
+	find src tests docs/_ext -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean  ## Also remove .venv and the environments of older JAX releases.
 	rm -rf $(VENV) $(JAX_ENVS)
