@@ -1,11 +1,10 @@
 """Probe what the installed JAX's ``jax.checkpoint`` offers and does, as one JSON document.
 
 The "What changed across versions" page runs this file under several JAX versions, each in
-its own interpreter, and compares the documents side by side. So the file is also a plain
-script: ``python version_probe.py`` prints the document to stdout. It needs only the
-standard library and JAX (only :func:`comparison_table`, which runs in the site's own
-environment, imports from ``remat_guide``), because the older environments hold JAX and its
-dependencies alone.
+its own interpreter, and compares the documents side by side (``remat_guide.site.versions``
+builds the page's tables from them). So the file is also a plain script:
+``python version_probe.py`` prints the document to stdout. It needs only the standard library
+and JAX, because the older environments hold JAX and its dependencies alone.
 
 Everything in the document is deterministic: no memory addresses, no absolute paths, no
 timings. Each probe item catches its own exceptions and records them as
@@ -16,7 +15,6 @@ the others.
 from __future__ import annotations
 
 import contextlib
-import html
 import importlib
 import importlib.metadata
 import inspect
@@ -31,8 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["DIRECT_POLICIES", "FACTORY_CALLS", "changed_rows", "comparison_table", "main", "probe",
-           "residual_lines", "residual_summary"]
+__all__ = ["DIRECT_POLICIES", "FACTORY_CALLS", "main", "probe", "residual_lines"]
 
 # Bump when the layout of the document changes.
 PROBE_FORMAT = 1
@@ -401,127 +398,6 @@ def probe() -> dict[str, Any]:
         "remat3": _item(_remat3),
         "residual_line_format": _item(lambda: _format_line(fmt_fn, jnp.ones(3))),
     }
-
-
-# --- helpers for the page that compares the documents -------------------------------------
-
-ABSENT = "(absent)"
-
-
-def residual_summary(lines: Any) -> str:
-    """A short form of :func:`residual_lines`: arguments, then 'names', then primitive[shape].
-
-    Args:
-        lines: The lines of :func:`residual_lines`, or a probe item's ``{"error": ...}``.
-
-    Returns:
-        One line of text; the error message for an error item.
-
-    Raises:
-        TypeError: If ``lines`` is neither a list of str nor an error dict.
-
-    Examples:
-        >>> from remat_guide.site.version_probe import residual_summary
-        >>> residual_summary(["f32[2,3] from the argument x", "f32[2,3] named 'a'",
-        ...                   "f32<host>[2,5] output of device_put", "f32[2,5] output of tanh"])
-        "x · 'a' · host:device_put[2,5] tanh[2,5]"
-    """
-    if isinstance(lines, dict) and "error" in lines:
-        return lines["error"]
-    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-        raise TypeError(f"lines must be a list of str or an error dict, got {lines!r}")
-    groups: dict[str, list[str]] = {"argument": [], "named": [], "output": []}
-    for line in lines:
-        type_str, _, rest = line.partition(" ")
-        shape = type_str[type_str.index("["):] if "[" in type_str else ""
-        host = "host:" if "<host>" in type_str else ""
-        if rest.startswith("from the argument "):
-            groups["argument"].append(rest.removeprefix("from the argument "))
-        elif rest.startswith("named "):
-            groups["named"].append(host + rest.removeprefix("named "))
-        elif rest.startswith("output of "):
-            groups["output"].append(f"{host}{rest.removeprefix('output of ')}{shape}")
-        else:
-            groups["output"].append(line)
-    return " · ".join(" ".join(g) for g in groups.values() if g) or "(nothing)"
-
-
-def _values_differ(values: list[Any]) -> bool:
-    """Whether the JSON values of one row are not all equal."""
-    return len({json.dumps(v, sort_keys=True) for v in values}) > 1
-
-
-def comparison_table(first_header: str, versions: list[str],
-                     rows: list[tuple[str, list[Any]]], code: bool = True) -> Any:
-    """A table: one row per item, one column per version, and a "changed" column.
-
-    A row is marked (its label in bold, "changed" in the last column) when its values are
-    not all equal. Values are shown as text (``code=True`` sets them in ``<code>``).
-
-    Args:
-        first_header: The header of the label column.
-        versions: The column headers, one per version.
-        rows: ``(label, values)`` pairs, one value per version.
-        code: Whether to set the values in ``<code>``.
-
-    Returns:
-        A :class:`~remat_guide.tables.Table` (HTML in a notebook) of CSS class
-        ``versions-table``; changed rows carry the class ``remat-changed``.
-
-    Raises:
-        ValueError: If ``versions`` is empty or a row has a value count other than
-            ``len(versions)``.
-
-    Examples:
-        >>> from remat_guide.site.version_probe import comparison_table
-        >>> table = comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])])
-        >>> print(table)
-        item  1  2
-        ----  -  -  -------
-        a     x  x
-        b     x  y  changed
-        >>> '<td class="data row1 col0 remat-changed" >b</td>' in table._repr_html_()
-        True
-    """
-    # Imported here: the older JAX environments that run this file as a script have no pandas.
-    import pandas as pd
-
-    from remat_guide.tables import Table
-
-    if not isinstance(versions, list) or not versions:
-        raise ValueError("versions must be a non-empty list")
-    for label, values in rows:
-        if len(values) != len(versions):
-            raise ValueError(f"row {label!r} has {len(values)} values for {len(versions)} versions")
-
-    def cell(value: Any) -> str:
-        text = html.escape(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
-        return f"<code>{text}</code>" if code and value != ABSENT else text
-
-    columns = [first_header, *versions, ""]
-    frame = pd.DataFrame([[label, *map(cell, values), "changed" if _values_differ(values) else ""]
-                          for label, values in rows], columns=columns)
-    marked = ["remat-changed" if _values_differ(values) else "" for _, values in rows]
-    classes = pd.DataFrame([[mark, *[""] * len(versions), mark] for mark in marked], columns=columns)
-    return Table(frame, cell_classes=classes, html_columns=versions, table_class="versions-table")
-
-
-def changed_rows(rows: list[tuple[str, list[Any]]]) -> list[str]:
-    """The labels of the rows whose values are not all equal.
-
-    Args:
-        rows: ``(label, values)`` pairs, as for :func:`comparison_table`.
-
-    Returns:
-        The labels of the changed rows, in order.
-
-    Examples:
-        >>> from remat_guide.site.version_probe import changed_rows
-        >>> changed_rows([("a", ["x", "x"]), ("b", ["x", "y"])])
-        ['b']
-    """
-    return [label for label, values in rows
-            if _values_differ(values)]
 
 
 def main(argv: list[str] | None = None) -> int:
