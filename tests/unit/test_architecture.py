@@ -42,6 +42,11 @@ def _imports(tree: ast.Module, module: str, top_level_only: bool) -> list[tuple[
     return found
 
 
+def _private(name: str) -> bool:
+    """A leading underscore marks a private name; a dunder such as ``__file__`` is not one."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
 def _declared_imports() -> set[str]:
     """The import names of the dependencies that pyproject.toml declares."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -79,7 +84,7 @@ def test_no_private_name_is_imported_from_another_module():
                 continue
             for name in names:
                 is_module = f"{imported}.{name}" in MODULES
-                assert is_module or not name.startswith("_"), f"{module} imports {name} from {imported}"
+                assert is_module or not _private(name), f"{module} imports {name} from {imported}"
 
 
 def test_no_private_attribute_of_another_module_is_read():
@@ -92,7 +97,7 @@ def test_no_private_attribute_of_another_module_is_read():
                 if isinstance(node, ast.ImportFrom) and alias.asname and alias.name in aliases:
                     aliases[alias.asname] = aliases[alias.name]
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases and node.attr.startswith("_")):
+                    and node.value.id in aliases and _private(node.attr)):
                 raise AssertionError(f"{module} reads {node.value.id}.{node.attr}")
 
 
