@@ -10,11 +10,10 @@ import jax.numpy as jnp
 __all__ = ["checkpoint_dot_policy", "pipeline"]
 
 
+# The one definition of the pipeline: the solution checkpoints it, and the pages and
+# remat_guide.models.exercise_loss run it.
 def pipeline(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
     """The exercise's computation, ``sum((relu(x @ w1) @ w2) ** 2)``, without any checkpoint.
-
-    The one definition of the pipeline: the solution checkpoints it, and the pages and
-    :func:`remat_guide.models.exercise_loss` run it.
 
     Examples:
         >>> import jax.numpy as jnp
