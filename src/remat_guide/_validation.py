@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.ad_checkpoint
 import jax.extend.core
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "check_policy_names",
     "check_program",
     "contains_checkpoint",
+    "dtype_of",
     "floating_scalar",
     "integer",
     "iterable",
@@ -95,21 +97,29 @@ def iterable(value: Any, name: str, *, what: str = "values") -> list:
     return list(value)
 
 
+def dtype_of(dtype: Any) -> Any:
+    """A dtype as JAX sees it: a NumPy dtype (bfloat16 and the float8 types included), or
+    JAX's own extended dtype such as a typed PRNG key's ``key<fry>``, which NumPy cannot read."""
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        return dtype
+    return np.dtype(dtype)
+
+
 def nbytes(shape: Sequence[Any], dtype: Any) -> int:
     """The exact size in bytes of an array, as a Python int (no 64-bit wrap-around)."""
-    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    return math.prod(int(d) for d in shape) * dtype_of(dtype).itemsize
 
 
 _SCALAR_DTYPES = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64),
                   complex: np.dtype(np.complex128)}
 
 
-def _leaf_shape_dtype(leaf: Any) -> tuple[tuple[Any, ...], np.dtype]:
+def _leaf_shape_dtype(leaf: Any) -> tuple[tuple[Any, ...], Any]:
     if type(leaf) in _SCALAR_DTYPES:
         return (), _SCALAR_DTYPES[type(leaf)]
     if isinstance(leaf, (bool, int, float, complex)):  # a subclass, such as an IntEnum
         return (), np.dtype(np.float64)
-    return tuple(leaf.shape), np.dtype(leaf.dtype)
+    return tuple(leaf.shape), dtype_of(leaf.dtype)
 
 
 def arguments(leaves: Sequence[Any], names: Sequence[str]) -> None:
@@ -141,7 +151,9 @@ def _is_floating(leaf: Any) -> bool:
     dtype = getattr(leaf, "dtype", None)
     if dtype is None:
         return isinstance(leaf, (float, complex))
-    return bool(np.issubdtype(np.dtype(dtype), np.inexact))
+    # jnp.issubdtype knows ml_dtypes' bfloat16 and float8 types (NumPy's does not) and
+    # answers False for a PRNG key.
+    return bool(jnp.issubdtype(dtype_of(dtype), jnp.inexact))
 
 
 def require_floating(leaves: Sequence[Any], names: Sequence[str], *, every: bool,
@@ -186,7 +198,7 @@ def floating_scalar(out_shape: Any, name: str) -> None:
     if out_shape.shape != ():
         raise ValueError(f"{name} must return a loss with a scalar output, got shape "
                          f"{out_shape.shape}")
-    if not np.issubdtype(out_shape.dtype, np.floating):
+    if not jnp.issubdtype(out_shape.dtype, jnp.floating):
         raise TypeError(f"{name} must return a loss with a real floating-point output, got "
                         f"dtype {out_shape.dtype}")
 

@@ -11,7 +11,6 @@ from typing import Any
 import jax
 import jax.extend.core
 import jax.extend.source_info_util
-import numpy as np
 import pandas as pd
 
 from remat_guide import _validation as validation
@@ -34,7 +33,7 @@ class Residual:
 
     Attributes:
         shape: The value's shape.
-        dtype: The value's dtype.
+        dtype: The value's dtype (a NumPy dtype, or JAX's dtype of a typed PRNG key).
         kind: ``"argument"`` (an input of the function), ``"named"`` (a value tagged
             with ``jax.ad_checkpoint.checkpoint_name``), ``"primitive"`` (the output of
             a primitive) or ``"constant"`` (a constant captured by the function).
@@ -52,7 +51,7 @@ class Residual:
     """
 
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: Any
     kind: str
     name: str
     location: str = ""
@@ -63,9 +62,9 @@ class Residual:
                       for d in validation.iterable(self.shape, "Residual.shape", what="ints"))
         object.__setattr__(self, "shape", shape)
         try:
-            object.__setattr__(self, "dtype", np.dtype(self.dtype))
+            object.__setattr__(self, "dtype", validation.dtype_of(self.dtype))
         except TypeError as error:
-            raise TypeError(f"Residual.dtype must be a NumPy dtype, got {self.dtype!r}") from error
+            raise TypeError(f"Residual.dtype must be a dtype, got {self.dtype!r}") from error
         for field in ("kind", "name", "location", "memory"):
             validation.string(getattr(self, field), f"Residual.{field}")
         if self.kind not in RESIDUAL_KINDS:
@@ -255,7 +254,7 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
 
     def record(var: Any, kind: str, name: str, location: str = "") -> Residual:
         memory = wanted.get(var, "device") if isinstance(var, jax.extend.core.Var) else "device"
-        return Residual(tuple(var.aval.shape), np.dtype(var.aval.dtype), kind, name, location, memory)
+        return Residual(tuple(var.aval.shape), var.aval.dtype, kind, name, location, memory)
 
     arg_names = argument_names(f, args, kwargs)
     items = []
