@@ -148,6 +148,11 @@ class Table:
             formatters[headers[column]] = _formatter(kind, size)
         return self.frame.rename(columns=headers), formatters
 
+    def _html_headers(self, shown: pd.DataFrame) -> list[str]:
+        """The headers, as ``shown`` names them, of the columns whose cells are HTML."""
+        return [header for column, header in zip(self.frame.columns, shown.columns)
+                if column in self.html_columns]
+
     def _repr_html_(self) -> str:
         shown, formatters = self._shown()
         classes = pd.DataFrame("", index=shown.index, columns=shown.columns)
@@ -158,8 +163,7 @@ class Table:
             classes.iloc[:, i] = (classes.iloc[:, i] + " num").str.strip()
         # The id is a hash of the content, so that it is the same on every build.
         digest = hashlib.sha1(shown.to_csv().encode() + (self.caption or "").encode()).hexdigest()[:10]
-        raw = [headers for column, headers in zip(self.frame.columns, shown.columns)
-               if column in self.html_columns]
+        raw = self._html_headers(shown)
         escaped = [c for c in shown.columns if c not in formatters and c not in raw]
         styler = shown.style.hide(axis="index")
         if formatters:
@@ -181,8 +185,7 @@ class Table:
 
     def __str__(self) -> str:
         shown, formatters = self._shown()
-        raw = {header for column, header in zip(self.frame.columns, shown.columns)
-               if column in self.html_columns}
+        raw = self._html_headers(shown)
         columns = [str(column) for column in shown.columns]
         cells = [[formatters[column](value) if column in formatters
                   else _text(value, html_cell=column in raw) for value in shown[column]]
