@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from remat_guide import _validation as validation
+
 __all__ = ["ClaimError", "claim"]
 
 
@@ -52,12 +54,10 @@ def claim(key: str, value: Any, *, holds: bool | Callable[[Any], Any] = True, sa
         ...
         remat_guide.site.claims.ClaimError: the prose says of speed_up: about 1.3x; the value is 1.9
     """
-    if not isinstance(key, str):
-        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    validation.string(key, "key")
     if not key or not key.replace("_", "a").isalnum() or not key.isascii():
         raise ValueError(f"key must be letters, digits and '_', got {key!r}")
-    if not isinstance(says, str):
-        raise TypeError(f"says must be a str, got {type(says).__name__}")
+    validation.string(says, "says")
     if isinstance(holds, bool):
         ok = holds
     elif callable(holds):
