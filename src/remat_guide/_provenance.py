@@ -194,7 +194,7 @@ class Scope:
         def body_input(var: Any, stacked: tuple[int, ...], within: tuple[str, ...]) -> Origin:
             role, operand = roles[var]
             if role == "carry":  # the value each iteration receives: no producer of its own
-                return Origin("carry", "carry", user_location(eqn.source_info), stacked, within)
+                return Origin("carry", "carry", "", stacked, within)
             # A constant is the same in every iteration; a scanned input stacked over this
             # scan is the operand itself.
             return self.origin(operand, stacked, within)

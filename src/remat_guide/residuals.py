@@ -39,10 +39,11 @@ class Residual:
             ``"carry"`` (the carry that each iteration of a scan receives).
         name: The argument's name (with its pytree path), the checkpoint name, the
             primitive's name, or ``"carry"``.
-        location: Where the value was computed (for a carry, where the scan is called),
-            as ``file:line (function)``: the innermost line outside JAX, Flax, Equinox
-            and remat_guide, with the file's base name only (``<cell>`` for a notebook
-            cell), so that it is the same on every run; empty for arguments and constants.
+        location: Where the value was computed, as ``file:line (function)``: the
+            innermost line outside JAX, Flax, Equinox and remat_guide, with the file's
+            base name only (``<cell>`` for a notebook cell), so that it is the same on
+            every run; empty for arguments, constants and carries (whose scan is the
+            last of ``within``).
         memory: Where the value is kept: ``"device"``, or ``"host"`` for a value that a
             policy offloads (``jax.ad_checkpoint.Offloadable``).
         stacked: The lengths of the scans that stack the value, outermost first; empty
@@ -228,6 +229,12 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
     change from run to run. Nothing is executed: ``f`` is only traced, so arguments may
     be ``jax.ShapeDtypeStruct`` values.
 
+    What a scan keeps from each iteration (``jax.lax.scan``, and the scans over layers of
+    Flax and Equinox) is one array stacked over the iterations; it is listed as what
+    produced it inside the scan's body, looked for through nested scans, ``jax.jit``,
+    ``jax.checkpoint`` and custom derivatives, with the scan's length in
+    :attr:`Residual.stacked`. The sizes count the stacked arrays, as JAX keeps them.
+
     Args:
         f: The function to differentiate (positional only, so ``f`` may itself take a
             keyword argument named ``f``). Its arguments may be pytrees; its output
@@ -265,6 +272,13 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
         type    bytes  kind      source
         ------  -----  --------  ------
         f32[3]     12  argument  x
+        >>> def layers(ws, x):
+        ...     return jnp.sum(jax.lax.scan(lambda h, w: (jnp.sin(h @ w), None), x, ws)[0])
+        >>> res = saved_residuals(layers, jnp.ones((4, 3, 3)), jnp.ones(3))
+        >>> [(r.kind, r.name, r.stacked_type_str) for r in res]
+        [('argument', 'ws', 'f32[4,3,3]'), ('carry', 'carry', '4 × f32[3]'), ('primitive', 'cos', '4 × f32[3]')]
+        >>> res.total_bytes == (4 * 3 * 3 + 4 * 3 + 4 * 3) * 4
+        True
     """
     validation.callable_arg(f, "f")
     check_arguments(f, args, kwargs)
