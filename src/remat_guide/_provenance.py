@@ -22,8 +22,8 @@ _NOTEBOOK_CELL = re.compile(r"ipykernel_\d+|^<cell \d+>$")
 
 # Frames in these packages are the machinery around the user's code, never the line to name.
 _LIBRARIES = ("jax", "jaxlib", "flax", "equinox", "remat_guide")
-# ... except the example models that remat_guide ships, which stand for user code on the pages.
-_EXAMPLE_MODULES = ("remat_guide.models", "remat_guide.exercise")
+# ... except remat_guide's example models and the site's page code, which stand for user code.
+_USER_CODE = ("remat_guide.models", "remat_guide.exercise", "remat_guide.site")
 
 # Primitives that only re-round a value or move it (an offloading policy): a residual is
 # reported as the value it came from.
@@ -37,17 +37,22 @@ _STDLIB = sysconfig.get_path("stdlib") + os.sep
 _SITE_PACKAGES = tuple(sysconfig.get_path(key) + os.sep for key in ("purelib", "platlib"))
 
 
-def _module_file(name: str) -> str:
-    return getattr(sys.modules.get(name), "__file__", None) or ""  # a module not imported ran no frame
+def _prefix(name: str) -> str | None:
+    """The folder of an imported package, the file of an imported module; None if not imported."""
+    module = sys.modules.get(name)  # a module not imported ran no frame
+    file_name = getattr(module, "__file__", None)
+    if not file_name:
+        return None
+    return os.path.dirname(file_name) + os.sep if hasattr(module, "__path__") else file_name
 
 
 def _machinery() -> Callable[[str], bool]:
     """Whether a frame's file is machinery around the user's code rather than the user's code."""
-    libraries = tuple(os.path.dirname(f) + os.sep for f in map(_module_file, _LIBRARIES) if f)
-    examples = set(map(_module_file, _EXAMPLE_MODULES))
+    libraries = tuple(p for p in map(_prefix, _LIBRARIES) if p)
+    user_code = tuple(p for p in map(_prefix, _USER_CODE) if p)
 
     def skipped(file_name: str) -> bool:
-        if file_name in examples:
+        if file_name.startswith(user_code):
             return False
         in_stdlib = file_name.startswith(_STDLIB) and not file_name.startswith(_SITE_PACKAGES)
         return file_name.startswith(libraries) or in_stdlib or file_name.startswith("<frozen ")
@@ -59,7 +64,7 @@ def user_location(source_info: Any) -> str:
     """Where the user's code made an equation, as ``file:line (function)``.
 
     The innermost frame outside JAX, jaxlib, Flax, Equinox, remat_guide (except its example
-    models) and the standard library is named, with the file's base name only, or
+    models and the site's page code) and the standard library is named, with the file's base name only, or
     ``<cell>`` for a notebook cell, so that the text is the same on every run.
 
     Args:

@@ -233,7 +233,7 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
     Flax and Equinox) is one array stacked over the iterations; it is listed as what
     produced it inside the scan's body, looked for through nested scans, ``jax.jit``,
     ``jax.checkpoint`` and custom derivatives, with the scan's length in
-    :attr:`Residual.stacked`. The sizes count the stacked arrays, as JAX keeps them.
+    ``Residual.stacked``. The sizes count the stacked arrays, as JAX keeps them.
 
     Args:
         f: The function to differentiate (positional only, so ``f`` may itself take a

@@ -293,6 +293,7 @@ def test_locations_skip_the_frames_of_jax_flax_equinox_and_remat_guide_but_not_i
 
     import remat_guide.models
     from remat_guide._provenance import user_location
+    from remat_guide.site import policy_matrix
 
     def inside(module, name):
         return os.path.join(os.path.dirname(module.__file__), name)
@@ -302,6 +303,7 @@ def test_locations_skip_the_frames_of_jax_flax_equinox_and_remat_guide_but_not_i
     assert user_location(_frames(*machinery, "/home/me/model.py")) == f"model.py:{len(machinery)} (fn{len(machinery)})"
     assert user_location(_frames(*machinery, "/tmp/ipykernel_4242/123.py")) == "<cell>:6 (fn6)"
     assert user_location(_frames(*machinery, remat_guide.models.__file__)) == "models.py:6 (fn6)"
+    assert user_location(_frames(*machinery, policy_matrix.__file__)) == "policy_matrix.py:6 (fn6)"
     assert user_location(_frames(*machinery)) == ""
     assert user_location(types.SimpleNamespace(traceback=None)) == ""
 
