@@ -32,7 +32,6 @@ _PASS_THROUGH = ("reduce_precision", "device_put")
 _CALLS = ("jit", "pjit", "closed_call", "core_call", "checkpoint", "remat", "remat2",
           "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
 
-
 _STDLIB = sysconfig.get_path("stdlib") + os.sep
 _SITE_PACKAGES = tuple(sysconfig.get_path(key) + os.sep for key in ("purelib", "platlib"))
 
@@ -64,8 +63,9 @@ def user_location(source_info: Any) -> str:
     """Where the user's code made an equation, as ``file:line (function)``.
 
     The innermost frame outside JAX, jaxlib, Flax, Equinox, remat_guide (except its example
-    models and the site's page code) and the standard library is named, with the file's base name only, or
-    ``<cell>`` for a notebook cell, so that the text is the same on every run.
+    models and the site's page code) and the standard library is named, with the file's
+    base name only, or ``<cell>`` for a notebook cell, so that the text is the same on
+    every run.
 
     Args:
         source_info: An equation's ``source_info``.
@@ -129,7 +129,6 @@ class Scope:
     """
 
     def __init__(self, jaxpr: Any, input_origin: InputOrigin) -> None:
-        self._jaxpr = jaxpr
         self._input_origin = input_origin
         self._producers = {var: (eqn, index) for eqn in jaxpr.eqns for index, var in enumerate(eqn.outvars)}
         self._through = {}
@@ -165,7 +164,7 @@ class Scope:
         primitive = eqn.primitive.name
         if primitive == "scan":
             body, num_carry = self._scan_body(eqn)
-            out = body._jaxpr.outvars[index]
+            out = eqn.params["jaxpr"].jaxpr.outvars[index]
             if index < num_carry:  # the final carry: the body's carry output of the last iteration
                 return body.origin(out, stacked, within)
             return body.origin(out, (*stacked, eqn.params["length"]), (*within, user_location(eqn.source_info)))
@@ -193,7 +192,7 @@ class Scope:
 
     def _scan_body(self, eqn: Any) -> tuple[Scope, int]:
         body = eqn.params["jaxpr"].jaxpr
-        consts, carry, _ = scan_operands(eqn.params, list(range(len(eqn.invars))))
+        _, carry, _ = scan_operands(eqn.params, list(range(len(eqn.invars))))
         roles = {var: ("carry" if i in carry else "operand", eqn.invars[i]) for i, var in enumerate(body.invars)}
 
         def body_input(var: Any, stacked: tuple[int, ...], within: tuple[str, ...]) -> Origin:
@@ -223,4 +222,5 @@ def _called_jaxpr(eqn: Any) -> Any:
 def top_scope(jaxpr: Any, argument_names: Sequence[str]) -> Scope:
     """The scope of a traced function's jaxpr, whose inputs are the named arguments."""
     names = dict(zip(jaxpr.invars, argument_names))
-    return Scope(jaxpr, lambda var, stacked, within: Origin("argument", names[var], "", stacked, within))
+    return Scope(jaxpr, lambda var, stacked, within: Origin("argument", names.get(var, "unknown"), "", stacked,
+                                                            within))
