@@ -23,8 +23,8 @@ __all__ = ["SUMMARY_ABOVE", "FwdBwd", "Line", "fwd_bwd"]
 
 SAVED = "saved"
 RECOMPUTED = "recomputed"
-# A view whose longer computation has more lines than this shows its summary first: in a
-# notebook the listing follows, folded; printed, the summary says how to print the listing.
+#: A view whose longer computation has more lines than this shows its summary first. In a
+#: notebook the listing follows, folded; printed, a line after the summary says how to get it.
 SUMMARY_ABOVE = 60
 _GUTTER = {SAVED: "S ", RECOMPUTED: "R ", "": "  "}
 # The HTML view takes its colours from the page's theme (sphinx-book-theme's light and
@@ -45,7 +45,7 @@ _CSS = (
     ".remat-fwd-bwd .remat-recomputed{background:var(--pst-color-warning-bg,#ffedd5);"
     "color:var(--pst-color-text-base,#111827)}"
     ".remat-fwd-bwd table.remat-table td,.remat-fwd-bwd table.remat-table th{min-width:0;"
-    "padding:0.3em 0.45em}"
+    "padding:0.3em 0.25em}"
     ".remat-fwd-bwd table.remat-table td.col0{min-width:0}"
     ".remat-fwd-bwd details>summary{cursor:pointer;margin:0.25em 0 0.5em}"
 )
@@ -101,15 +101,42 @@ class Line:
                              f"got {self.saved_bytes}")
 
     def indented(self) -> str:
-        """The text after the mark's gutter (``S``, ``R`` or blank) and two spaces per level."""
+        """The text after the mark's gutter (``S``, ``R`` or blank) and two spaces per level.
+
+        Examples:
+            >>> from remat_guide.fwd_bwd import Line
+            >>> Line("c:f32[3] = cos a", depth=2, primitive="cos", mark="recomputed").indented()
+            'R     c:f32[3] = cos a'
+        """
         return _GUTTER[self.mark] + "  " * self.depth + self.text
 
     def wrapped(self, width: int) -> list[str]:
         """:meth:`indented`, broken between words into lines of at most ``width`` characters.
 
         A continuation line is indented four characters further than the text; a word
-        longer than a line is broken inside.
+        longer than a line is broken inside it. Past a depth of ``(width - 20) // 2``
+        levels, lines are indented no further.
+
+        Args:
+            width: The longest line, in characters (at least 40).
+
+        Returns:
+            The lines, at least one.
+
+        Raises:
+            TypeError: If ``width`` is not an int.
+            ValueError: If ``width`` is less than 40.
+
+        Examples:
+            >>> from remat_guide.fwd_bwd import Line
+            >>> line = Line("d:f32[4,4] e:f32[4] = scan[length=4 reverse=False unroll=1] a b c", depth=1,
+            ...             primitive="scan", mark="saved", saved_bytes=64)
+            >>> for text in line.wrapped(40):
+            ...     print(text)
+            S   d:f32[4,4] e:f32[4] = scan[length=4
+                    reverse=False unroll=1] a b c
         """
+        width = validation.integer(width, "width", minimum=_MIN_WIDTH)
         indent = _GUTTER[self.mark] + "  " * min(self.depth, (width - _MIN_WIDTH // 2) // 2)
         return textwrap.wrap(self.text, width, initial_indent=indent,
                              subsequent_indent=" " * (len(indent) + _WRAP_INDENT),
@@ -124,11 +151,12 @@ class FwdBwd:
     :meth:`summary` counts them by primitive, with the bytes of the residuals, and
     :meth:`listing` gives the two computations as text.
 
-    A small view (each computation at most :data:`SUMMARY_ABOVE` lines) prints as its
-    listing, renders as HTML with the two computations side by side in a notebook, and
-    as a table of two columns with ``rich.print``. A larger one shows its summary
-    instead: printed, with a line saying how to print the listing; in a notebook, with
-    the listing below it, folded.
+    A small view (neither computation longer than
+    :data:`~remat_guide.fwd_bwd.SUMMARY_ABOVE` lines) prints as its listing; in a
+    notebook it renders as HTML with the two computations side by side, and
+    ``rich.print`` shows it as a table of two columns. A larger view shows its summary
+    first: printed, followed by a line that says how to get the listing; in a notebook,
+    followed by the listing, folded.
 
     Attributes:
         forward: The lines of the forward computation.
@@ -166,12 +194,15 @@ class FwdBwd:
 
     @property
     def saved_bytes(self) -> int:
-        """The size in bytes of all residuals: what the forward pass keeps for the backward pass."""
+        """The size in bytes of all residuals, what the forward pass keeps for the backward pass."""
         return sum(self.saved_inputs) + sum(line.saved_bytes for line in self.forward)
 
     @property
     def is_large(self) -> bool:
-        """Whether a computation has more than :data:`SUMMARY_ABOVE` lines, so that the view shows its summary."""
+        """Whether a computation has more than :data:`~remat_guide.fwd_bwd.SUMMARY_ABOVE` lines.
+
+        A large view shows its summary first (see :class:`FwdBwd`).
+        """
         return max(len(self.forward), len(self.backward)) > SUMMARY_ABOVE
 
     def summary(self, max_rows: int | None = 12) -> Table:
@@ -618,7 +649,9 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
     function applied to an output cotangent: its inputs are the residuals, then the
     cotangent. Two kinds of equations are marked:
 
-    * ``S`` (saved), in the forward computation: an equation whose output is a residual.
+    * ``S`` (saved), in the forward computation: an equation that computes a residual.
+      When a ``scan``, ``jit`` or ``remat2`` returns the residual, that is the
+      equation of its body that computes the value (for every iteration of a loop).
     * ``R`` (recomputed), in the backward computation: an equation none of whose
       inputs depends on the cotangent while at least one depends on a residual. Such an
       equation computes a value of the forward pass again from what was kept; without
@@ -638,6 +671,8 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
 
     Returns:
         A :class:`FwdBwd`: ``print`` it for plain text; in a notebook it shows as HTML.
+        Beyond :data:`~remat_guide.fwd_bwd.SUMMARY_ABOVE` lines it shows its
+        :meth:`~FwdBwd.summary` first.
 
     Raises:
         TypeError: If ``f`` is not callable, an argument is not an array, a number or
