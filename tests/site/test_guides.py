@@ -98,11 +98,12 @@ def test_frameworks_page_computes_which_parameters_each_wrapper_passes_on(built_
     assert [row["policy"] for row in declared.values()] == ["yes"] * 4
     assert [row["prevent_cse"] for row in declared.values()] == ["yes", "yes", "no", "yes"]
     assert [row["static_argnums"] for row in declared.values()] == ["yes", "yes", "no", "no"]
-    traced = {row["wrapper, defaults"]: (row["checkpoint equations"], row["prevent_cse"])
-              for row in table_with(html, "wrapper, defaults", "checkpoint equations", "prevent_cse")}
-    assert traced["nn.remat_scan, lengths=(4, 4)"] == ("1", "False")
-    assert traced["nn.remat_scan, lengths=(16,)"] == ("0", "-")
-    assert traced["eqx.filter_checkpoint"] == traced["jax.checkpoint"] == ("1", "True")
+    traced = {row["wrapper"]: (row["checkpoint equations"], row["prevent_cse"], row["policy is dots_saveable"])
+              for row in table_with(html, "wrapper", "checkpoint equations", "prevent_cse")}
+    assert traced["nn.remat_scan, lengths=(4, 4)"] == ("1", "False", "yes")
+    assert traced["nn.remat_scan, lengths=(16,)"] == ("0", "-", "-")  # the policy is dropped
+    for wrapper in ("jax.checkpoint", "nnx.remat", "nn.remat", "eqx.filter_checkpoint"):
+        assert traced[wrapper] == ("1", "True", "yes"), wrapper
     printed = "\n".join(_outputs(html, "stream"))
     assert "nnx.remat(f=<sentinel>, *, prevent_cse=True" in printed
     assert " at 0x" not in printed  # no memory address in a signature
