@@ -1,4 +1,4 @@
-"""The guides of the built site: the choosing, depth and sharded pages show their tables, plots and errors."""
+"""The guides of the built site: the choosing, depth, sharded and frameworks pages show their outputs."""
 
 import re
 
@@ -61,3 +61,76 @@ def test_sharded_page_runs_on_eight_devices_and_shows_its_tables(built_page):
     assert text.count("residuals per device (MiB)") == 2 and "P(None, 'data', 'model')" in text
     assert len(set(re.findall(r"_images/[0-9a-f]+\.(?:png|svg)", page))) == 1
     assert "offload: mlp_hidden" in text and "host temp 0 bytes" in text
+
+
+def _outputs(page_html, kind):
+    """The text of each output block of a page of one kind ("stream" or "traceback"), in order."""
+    blocks = re.findall(rf'<div class="output {kind} [^"]*"><div class="highlight"><pre>(.*?)</pre>',
+                        page_html, re.S)
+    return [page_text(block) for block in blocks]
+
+
+def test_frameworks_page_shows_the_pitfalls_as_short_errors(built_page):
+    errors = _outputs(built_page("frameworks.html"), "traceback")
+    assert [error.split(":")[0] for error in errors] == [
+        "TraceContextError", "ValueError", "ScopeCollectionNotFound", "ValueError", "NotImplementedError"]
+    assert errors[0].startswith("TraceContextError: Cannot mutate RngCount from a different trace level")
+    assert errors[1].startswith("ValueError: Cannot extract graph node from different trace level")
+    assert "ScanCheckpointScanLayer_0" in errors[2]  # the name nn.remat gives an unnamed scanned layer
+    assert errors[3].startswith("ValueError: loss_for ignores its policy")
+    assert "concrete argument is deprecated" in errors[4]
+    assert all(len(error.splitlines()) <= 4 for error in errors)  # no traceback, the message alone
+
+
+def test_frameworks_page_measures_each_wrapper_on_the_same_model(built_page):
+    html = built_page("frameworks.html")
+    text = page_text(html)
+    comparisons = [rows for rows in html_tables(html)
+                   if rows[0][:3] == ["policy", "residuals (MiB)", "XLA temp (MiB)"]]
+    # NNX, Linen, nn.remat_scan (everything_saveable too), Equinox
+    assert [[row[0] for row in rows[1:]] for rows in comparisons] == [
+        ["no checkpoint", "dots_saveable", "nothing_saveable", "save_only_these_names('dense')"]] * 2 + [
+        ["no checkpoint", "everything_saveable", "dots_saveable", "nothing_saveable",
+         "save_only_these_names('dense')"],
+        ["no checkpoint", "dots_saveable", "nothing_saveable", "save_only_these_names('dense')"]]
+    ratios = table_with(html, "policy", "NNX", "Linen", "remat_scan", "Equinox")
+    assert all(row["NNX"] == row["Linen"] == row["Equinox"] for row in ratios)
+    assert float(ratios[2]["NNX"].rstrip("×")) > 1.2  # nothing_saveable recomputes the layers
+    # The gradients with and without the checkpoint: NNX and Linen bit for bit, Equinox to rounding.
+    assert text.count("gradient, nothing_saveable vs no checkpoint, largest difference: 0.0") == 2
+    assert "eqx.filter_grad of the model == jax.grad of the recipe: True" in text
+    assert "dropout draws before: 0 | after nnx.remat: 1" in text
+    assert "blocks/dropout/rngs/key: key<fry>[16]" in text and "layers/Dense_0/kernel: f32[4,4,256,256]" in text
+    assert "{glue" not in text
+
+
+def test_frameworks_page_computes_which_parameters_each_wrapper_passes_on(built_page):
+    html = built_page("frameworks.html")
+    declared = {row["wrapper"]: row for row in table_with(
+        html, "wrapper", "prevent_cse", "policy", "static_argnums", "static_argnames")}
+    assert list(declared) == ["nnx.remat", "nn.remat", "nn.remat_scan", "eqx.filter_checkpoint"]
+    assert [row["static_argnames"] for row in declared.values()] == ["no"] * 4
+    assert [row["policy"] for row in declared.values()] == ["yes"] * 4
+    assert [row["prevent_cse"] for row in declared.values()] == ["yes", "yes", "no", "yes"]
+    assert [row["static_argnums"] for row in declared.values()] == ["yes", "yes", "no", "no"]
+    traced = {row["wrapper"]: (row["checkpoint equations"], row["prevent_cse"], row["policy is dots_saveable"])
+              for row in table_with(html, "wrapper", "checkpoint equations", "prevent_cse")}
+    assert traced["nn.remat_scan, lengths=(4, 4)"] == ("1", "False", "yes")
+    assert traced["nn.remat_scan, lengths=(16,)"] == ("0", "-", "-")  # the policy is dropped
+    for wrapper in ("jax.checkpoint", "nnx.remat", "nn.remat", "eqx.filter_checkpoint"):
+        assert traced[wrapper] == ("1", "True", "yes"), wrapper
+    printed = "\n".join(_outputs(html, "stream"))
+    assert "nnx.remat(f=<sentinel>, *, prevent_cse=True" in printed
+    assert " at 0x" not in printed  # no memory address in a signature
+
+
+def test_frameworks_page_prints_nothing_wider_than_a_phone(built_page):
+    for block in _outputs(built_page("frameworks.html"), "stream"):
+        assert all(len(line) <= 75 for line in block.splitlines()), block
+
+
+def test_index_and_reference_link_to_the_frameworks_page(built_page):
+    index = built_page("index.html")
+    quick = index[index.index('id="quick-answer"'):index.index('id="what-jax-checkpoint-does-in-one-example"')]
+    assert "Your model is Flax or Equinox:" in page_text(quick) and 'href="frameworks.html"' in quick
+    assert 'href="../frameworks.html#frameworks-parameters"' in built_page("reference/index.html")
