@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import functools
 import numbers
@@ -162,7 +164,12 @@ def _checked_loss(loss: Callable, has_aux: bool, name: str) -> Callable:
         value = out
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
-                got = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+                if isinstance(out, tuple):
+                    got = f"a tuple of {len(out)}"
+                elif hasattr(out, "shape") and hasattr(out, "dtype"):
+                    got = f"one array of shape {tuple(out.shape)}"
+                else:
+                    got = type(out).__name__
                 raise TypeError(f"{name} must return a loss that returns a pair (loss, aux), as has_aux=True "
                                 f"says, got a loss returning {got}")
             value = out[0]
@@ -254,9 +261,30 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
     return saved_residuals(positional, *args, argnums=inputs.argnums).total_bytes
 
 
-def measure(program: Program, inputs: Inputs) -> Measurement:
-    """Compiles a traced program (never runs it) and lists its loss's residuals."""
-    compiled = program.traced.lower().compile()
+def _measurement(compiled: Any, residual_bytes: int) -> Measurement:
     flops = count_flops(compiled)
-    return Measurement(_residual_bytes(program.loss, inputs), compiled.memory_analysis().temp_size_in_bytes,
-                       flops.total, flops.reported)
+    return Measurement(residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported)
+
+
+def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
+    """Compiles traced programs, in order and never run, and lists their losses' residuals.
+
+    XLA compiles in one background thread, one program at a time, while this thread does
+    the Python work around it: lowering the next program, listing residuals, counting the
+    FLOPs of the programs compiled. So the wall time is close to the sum of the compile
+    times. On an error, the programs not yet compiling are dropped.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="remat_guide-compile")
+    try:
+        waiting: collections.deque = collections.deque()
+        measured = []
+        for program in programs:
+            waiting.append((pool.submit(program.traced.lower().compile), _residual_bytes(program.loss, inputs)))
+            while waiting and waiting[0][0].done():
+                compiling, residual_bytes = waiting.popleft()
+                measured.append(_measurement(compiling.result(), residual_bytes))
+        for compiling, residual_bytes in waiting:
+            measured.append(_measurement(compiling.result(), residual_bytes))
+        return measured
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -166,7 +166,7 @@ class Comparison(list[PolicyRow]):
 
 def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
     """Compiles each traced program, the baseline first, into a row."""
-    measured = [measure(program, inputs) for program in programs]
+    measured = measure(programs, inputs)
     base_flops = measured[0].flops
     per_device = inputs.per_device
     return Comparison(
@@ -370,6 +370,9 @@ def recommend_policy(
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if rows is None:
+        if loss_for is None:
+            raise TypeError("recommend_policy needs loss_for (a callable) with its arguments, or rows measured "
+                            "already; got neither")
         candidates = compare_policies(loss_for, *args, policies=policies, argnums=argnums, has_aux=has_aux,
                                       kwargs=kwargs)
     else:

@@ -201,7 +201,7 @@ def plan_names(
             base, _ = trace_baseline(loss_for, inputs)
         programs = [base] + [trace_policy(loss_for, label, standard_policy(label), inputs, tags)
                              for label in STANDARD_POLICIES]
-        results = [measure(program, inputs) for program in programs]
+        results = measure(programs, inputs)
         for program, result in zip(programs, results):
             measured[program.label] = _row(program, result, results[0].flops, per_device)
         compiled += len(programs)
@@ -217,7 +217,7 @@ def plan_names(
         if label not in measured:
             policy = jax.checkpoint_policies.save_only_these_names(*chosen)
             program = trace_policy(loss_for, label, policy, inputs, tags)
-            measured[label] = _row(program, measure(program, inputs), base_flops, per_device)
+            measured[label] = _row(program, measure([program], inputs)[0], base_flops, per_device)
             compiled += 1
         sets[subset] = measured[label]
         return sets[subset]
