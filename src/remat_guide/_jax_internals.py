@@ -12,7 +12,7 @@ import jax.extend.backend
 from jax._src.lib import _jax
 from jaxlib import _hlo
 
-__all__ = ["REQUIRED", "hlo_flops", "scan_operands"]
+__all__ = ["REQUIRED", "hlo_flops", "scan_operands", "traceback_frames"]
 
 REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
@@ -77,3 +77,34 @@ def scan_operands(params: dict[str, Any], operands: list[Any]) -> tuple[list[Any
                          f"got keys {sorted(params)}")
     consts, carry, xs = params["ft_in"].update(list(operands)).unpack()
     return list(consts), list(carry), list(xs)
+
+
+def traceback_frames(source_info: Any) -> list[tuple[str, str, int]]:
+    """The Python frames an equation was traced in, innermost first, as ``(file, function, line)``.
+
+    ``jax.extend.source_info_util`` exposes an equation's ``SourceInfo`` and ``summarize``,
+    which names only the innermost frame outside JAX; the frames themselves are those of the
+    ``SourceInfo``'s jaxlib ``Traceback``, whose ``frames`` are not public API.
+
+    Args:
+        source_info: An equation's ``source_info``.
+
+    Returns:
+        One ``(file name, qualified function name, line)`` per frame; empty when the
+        equation has no traceback.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide._jax_internals import traceback_frames
+        >>> def f(x):
+        ...     return jnp.sin(x)
+        >>> eqn = jax.make_jaxpr(f)(1.0).eqns[0]
+        >>> [(function, line) for _, function, line in traceback_frames(eqn.source_info)
+        ...  if function == "f"]
+        [('f', 2)]
+    """
+    traceback = getattr(source_info, "traceback", None)
+    if traceback is None:
+        return []
+    return [(frame.file_name, frame.function_name, frame.line_num) for frame in traceback.frames]

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core
-import jax.extend.source_info_util
 import pandas as pd
 
 from remat_guide import _validation as validation
+from remat_guide._provenance import top_scope
 from remat_guide._tracing import argument_names, check_arguments, trace_vjp
 from remat_guide.tables import Table
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
-# Notebook cells are compiled from files like /tmp/ipykernel_12345/678.py, whose folder
-# changes with every kernel, or "<cell N>" under remat_guide.site.page_setup: both show as "<cell>".
-_NOTEBOOK_CELL = re.compile(r"ipykernel_\d+|^<cell \d+>$")
-
-RESIDUAL_KINDS = ("argument", "named", "primitive", "constant")
+RESIDUAL_KINDS = ("argument", "named", "primitive", "constant", "carry")
 MEMORIES = ("device", "host")
 
 
@@ -31,23 +25,44 @@ MEMORIES = ("device", "host")
 class Residual:
     """One value that the forward pass keeps for the backward pass.
 
+    A value that a ``jax.lax.scan`` (or a Flax or Equinox scan over layers) keeps from
+    each iteration is one array stacked over the iterations. It is described by what
+    produced it inside the scan's body, with the scan's length in ``stacked``: its
+    ``shape`` is ``stacked + per_iteration_shape``.
+
     Attributes:
-        shape: The value's shape.
+        shape: The value's shape (stacked over the iterations of the scans it is kept by).
         dtype: The value's dtype (a NumPy dtype, or JAX's dtype of a typed PRNG key).
         kind: ``"argument"`` (an input of the function), ``"named"`` (a value tagged
             with ``jax.ad_checkpoint.checkpoint_name``), ``"primitive"`` (the output of
-            a primitive) or ``"constant"`` (a constant captured by the function).
-        name: The argument's name (with its pytree path), the checkpoint name, or the
-            primitive's name.
-        location: Where the value was computed, as ``file:line (function)`` with the
-            file's base name only (``<cell>`` for a notebook cell), so that it is the
-            same on every run; empty for arguments and constants.
+            a primitive), ``"constant"`` (a constant captured by the function) or
+            ``"carry"`` (the carry that each iteration of a scan receives).
+        name: The argument's name (with its pytree path), the checkpoint name, the
+            primitive's name, or ``"carry"``.
+        location: Where the value was computed, as ``file:line (function)``: the
+            innermost line outside JAX, Flax, Equinox and remat_guide, with the file's
+            base name only (``<cell>`` for a notebook cell), so that it is the same on
+            every run; empty for arguments, constants and carries (whose scan is the
+            last of ``within``).
         memory: Where the value is kept: ``"device"``, or ``"host"`` for a value that a
             policy offloads (``jax.ad_checkpoint.Offloadable``).
+        stacked: The lengths of the scans that stack the value, outermost first; empty
+            for a value not kept by a scan.
+        within: Where each of those scans is called, as ``file:line (function)``.
 
     Raises:
-        TypeError: If a field has the wrong type (``shape`` must hold ints).
-        ValueError: If a dimension is negative, or ``kind`` or ``memory`` is unknown.
+        TypeError: If a field has the wrong type (``shape`` and ``stacked`` must hold ints,
+            ``within`` strings).
+        ValueError: If a dimension is negative, ``kind`` or ``memory`` is unknown, or
+            ``stacked`` is not the start of ``shape`` or has not one entry per ``within``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from remat_guide import Residual
+        >>> r = Residual((4, 8, 64), np.float32, "named", "'attn_out'", "model.py:12 (Block.__call__)",
+        ...              stacked=(4,), within=("model.py:30 (Model.__call__)",))
+        >>> r.type_str, r.per_iteration_shape, r.nbytes
+        ('f32[4,8,64]', (8, 64), 8192)
     """
 
     shape: tuple[int, ...]
@@ -56,26 +71,43 @@ class Residual:
     name: str
     location: str = ""
     memory: str = "device"
+    stacked: tuple[int, ...] = ()
+    within: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        shape = tuple(validation.integer(d, "Residual.shape", minimum=0)
-                      for d in validation.iterable(self.shape, "Residual.shape", what="ints"))
-        object.__setattr__(self, "shape", shape)
+        for field in ("shape", "stacked"):
+            dims = tuple(validation.integer(d, f"Residual.{field}", minimum=0)
+                         for d in validation.iterable(getattr(self, field), f"Residual.{field}", what="ints"))
+            object.__setattr__(self, field, dims)
         try:
             object.__setattr__(self, "dtype", validation.dtype_of(self.dtype))
         except TypeError as error:
             raise TypeError(f"Residual.dtype must be a dtype, got {self.dtype!r}") from error
         for field in ("kind", "name", "location", "memory"):
             validation.string(getattr(self, field), f"Residual.{field}")
+        within = tuple(validation.string(w, "Residual.within")
+                       for w in validation.iterable(self.within, "Residual.within", what="strings"))
+        object.__setattr__(self, "within", within)
         if self.kind not in RESIDUAL_KINDS:
             raise ValueError(f"Residual.kind must be one of {RESIDUAL_KINDS}, got {self.kind!r}")
         if self.memory not in MEMORIES:
             raise ValueError(f"Residual.memory must be one of {MEMORIES}, got {self.memory!r}")
+        if self.shape[:len(self.stacked)] != self.stacked:
+            raise ValueError(f"Residual.stacked must be the leading dimensions of Residual.shape "
+                             f"{self.shape}, got {self.stacked}")
+        if len(self.within) != len(self.stacked):
+            raise ValueError(f"Residual.within must name one scan per entry of Residual.stacked "
+                             f"{self.stacked}, got {len(self.within)}")
 
     @property
     def nbytes(self) -> int:
-        """Bytes the value occupies (an exact Python int for any shape)."""
+        """Bytes the value occupies, stacked over its scans (an exact Python int for any shape)."""
         return validation.nbytes(self.shape, self.dtype)
+
+    @property
+    def per_iteration_shape(self) -> tuple[int, ...]:
+        """The shape of what one iteration of the innermost scan keeps (``shape`` if not in a scan)."""
+        return self.shape[len(self.stacked):]
 
     @property
     def source(self) -> str:
@@ -85,8 +117,17 @@ class Residual:
     @property
     def type_str(self) -> str:
         """The value's type in JAX's short notation, such as ``f32[5,3]`` or ``f32<host>[5,3]``."""
-        space = jax.memory.Space[self.memory.capitalize()]
-        return jax.core.ShapedArray(self.shape, self.dtype, memory_space=space).str_short(short_dtypes=True)
+        return _short_type(self.shape, self.dtype, self.memory)
+
+    @property
+    def stacked_type_str(self) -> str:
+        """The type as the scans stack it, such as ``4 × f32[8,64]`` (``type_str`` if not in a scan)."""
+        return " × ".join([*map(str, self.stacked), _short_type(self.per_iteration_shape, self.dtype, self.memory)])
+
+
+def _short_type(shape: tuple[int, ...], dtype: Any, memory: str) -> str:
+    space = jax.memory.Space[memory.capitalize()]
+    return jax.core.ShapedArray(shape, dtype, memory_space=space).str_short(short_dtypes=True)
 
 
 class Residuals(Sequence[Residual]):
@@ -133,10 +174,14 @@ class Residuals(Sequence[Residual]):
     def table(self) -> Table:
         """The residuals as a :class:`~remat_guide.tables.Table`: one row each, the total in the caption.
 
+        A value kept by a scan shows its type as the scan stacks it (``4 × f32[8,64]``),
+        and a ``scan`` column, present only then, names where each scan is called.
         ``str()`` of it (and of the residuals) is plain text; in a notebook it is HTML.
         """
-        frame = pd.DataFrame([(r.type_str, r.nbytes, r.kind, r.source) for r in self._items],
-                             columns=["type", "bytes", "kind", "source"])
+        rows = [(r.stacked_type_str, r.nbytes, r.kind, r.source) for r in self._items]
+        frame = pd.DataFrame(rows, columns=["type", "bytes", "kind", "source"])
+        if any(r.stacked for r in self._items):
+            frame.insert(3, "scan", [" > ".join(w.split(" (")[0] for w in r.within) for r in self._items])
         count = len(self._items)
         caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
         return Table(frame, units={"bytes": "count"}, caption=caption)
@@ -146,18 +191,20 @@ class Residuals(Sequence[Residual]):
 
         Returns:
             A DataFrame with the columns ``type`` (as in :attr:`Residual.type_str`),
-            ``bytes``, ``kind``, ``name``, ``location`` and ``memory``.
+            ``bytes``, ``kind``, ``name``, ``location``, ``memory``, ``stacked`` and
+            ``within`` (tuples, empty for a value not kept by a scan).
 
         Examples:
             >>> import jax.numpy as jnp
             >>> from remat_guide import saved_residuals
             >>> frame = saved_residuals(lambda x: jnp.sum(jnp.sin(x)), jnp.ones(3)).to_pandas()
-            >>> frame[["type", "bytes", "kind", "name"]].to_dict("records")
-            [{'type': 'f32[3]', 'bytes': 12, 'kind': 'primitive', 'name': 'cos'}]
+            >>> frame[["type", "bytes", "kind", "name", "stacked"]].to_dict("records")
+            [{'type': 'f32[3]', 'bytes': 12, 'kind': 'primitive', 'name': 'cos', 'stacked': ()}]
         """
         return pd.DataFrame(
-            [(r.type_str, r.nbytes, r.kind, r.name, r.location, r.memory) for r in self._items],
-            columns=["type", "bytes", "kind", "name", "location", "memory"])
+            [(r.type_str, r.nbytes, r.kind, r.name, r.location, r.memory, r.stacked, r.within)
+             for r in self._items],
+            columns=["type", "bytes", "kind", "name", "location", "memory", "stacked", "within"])
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
@@ -174,19 +221,6 @@ def _memory_name(aval: Any) -> str:
     return "host" if space == jax.memory.Space.Host else "device"
 
 
-# How jax.extend.source_info_util.summarize names the user's frame: "file:line:column (function)".
-_SUMMARY = re.compile(r"^(?P<file>.*):(?P<line>\d+):\d+ \((?P<function>.*)\)$")
-
-
-def _stable_location(source_info: Any) -> str:
-    summary = _SUMMARY.match(jax.extend.source_info_util.summarize(source_info))
-    if summary is None:  # no frame of the user's code ("unknown")
-        return ""
-    file_name = summary["file"]
-    file_name = "<cell>" if _NOTEBOOK_CELL.search(file_name) else os.path.basename(file_name)
-    return f"{file_name}:{summary['line']} ({summary['function']})"
-
-
 def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | None = None,
                     **kwargs: Any) -> Residuals:
     """Lists what the gradient of ``f`` keeps from the forward pass for the backward pass.
@@ -200,6 +234,12 @@ def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | N
     Arguments that are not differentiated are still traced: when the backward pass reads
     one, it is listed as an ``"argument"``. Nothing is executed: ``f`` is only traced, so
     arguments may be ``jax.ShapeDtypeStruct`` values.
+
+    What a scan keeps from each iteration (``jax.lax.scan``, and the scans over layers of
+    Flax and Equinox) is one array stacked over the iterations; it is listed as what
+    produced it inside the scan's body, looked for through nested scans, ``jax.jit``,
+    ``jax.checkpoint`` and custom derivatives, with the scan's length in
+    ``Residual.stacked``. The sizes count the stacked arrays, as JAX keeps them.
 
     Args:
         f: The function to differentiate (positional only, so ``f`` may itself take a
@@ -250,6 +290,13 @@ def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | N
         type    bytes  kind      source
         ------  -----  --------  ------
         f32[3]     12  argument  x
+        >>> def layers(ws, x):
+        ...     return jnp.sum(jax.lax.scan(lambda h, w: (jnp.sin(h @ w), None), x, ws)[0])
+        >>> res = saved_residuals(layers, jnp.ones((4, 3, 3)), jnp.ones(3))
+        >>> [(r.kind, r.name, r.stacked_type_str) for r in res]
+        [('argument', 'ws', 'f32[4,3,3]'), ('carry', 'carry', '4 × f32[3]'), ('primitive', 'cos', '4 × f32[3]')]
+        >>> res.total_bytes == (4 * 3 * 3 + 4 * 3 + 4 * 3) * 4
+        True
 
         With several arguments, ``argnums`` says which are differentiated. The gradient
         with respect to ``w`` alone needs ``x`` and the derivative of ``tanh``, not ``w``:
@@ -269,45 +316,23 @@ def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | N
     num_residuals = jax.tree_util.tree_structure(vjp_shape).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]
 
-    # reduce_precision only re-rounds a value and device_put only moves it (an offloading
-    # policy): report the value it came from, in the memory it is kept in.
-    through = {e.outvars[0]: e.invars[0] for e in jaxpr.eqns
-               if e.primitive.name in ("reduce_precision", "device_put") and len(e.invars) == 1}
+    # A residual is reported as what produced it, looked for inside scans and calls: reduce_precision
+    # only re-rounds a value and device_put only moves it (an offloading policy), so the value
+    # they came from is reported, in the memory it is kept in.
+    scope = top_scope(jaxpr, argument_names(f, args, kwargs))
     wanted = {}
     for v in residual_vars:
         if isinstance(v, jax.extend.core.Var):
-            source = v
-            while source in through:
-                source = through[source]
-            wanted[source] = _memory_name(v.aval)
+            wanted[scope.source(v)] = _memory_name(v.aval)
 
-    def record(var: Any, kind: str, name: str, location: str = "") -> Residual:
+    def record(var: Any) -> Residual:
+        origin = scope.origin(var)
         memory = wanted.get(var, "device") if isinstance(var, jax.extend.core.Var) else "device"
-        return Residual(tuple(var.aval.shape), var.aval.dtype, kind, name, location, memory)
+        return Residual(tuple(var.aval.shape), var.aval.dtype, origin.kind, origin.name, origin.location,
+                        memory, origin.stacked, origin.within)
 
-    arg_names = argument_names(f, args, kwargs)
-    items = []
-    for var in residual_vars:
-        if not isinstance(var, jax.extend.core.Var):
-            items.append(record(var, "constant", "literal"))
-    for var in jaxpr.constvars:
-        if var in wanted:
-            items.append(record(var, "constant", "captured"))
-    for var, name in zip(jaxpr.invars, arg_names):
-        if var in wanted:
-            items.append(record(var, "argument", name))
-    for eqn in jaxpr.eqns:
-        for var in eqn.outvars:
-            if var not in wanted:
-                continue
-            hi_prim = eqn.params.get("_prim")  # checkpoint_name(_fwd) under the jax_remat3 flag
-            if eqn.primitive.name == "name":
-                kind, name = "named", repr(eqn.params["name"])
-            elif type(hi_prim).__name__ in ("CheckpointName", "CheckpointNameFwd"):
-                kind, name = "named", repr(hi_prim.params["name"])
-            elif eqn.primitive.name in ("jit", "pjit"):
-                kind, name = "primitive", f"jit({eqn.params['name']})"
-            else:
-                kind, name = "primitive", eqn.primitive.name
-            items.append(record(var, kind, name, _stable_location(eqn.source_info)))
+    # The order JAX keeps them in: literals, captured constants, arguments, then computed values.
+    items = [record(var) for var in residual_vars if not isinstance(var, jax.extend.core.Var)]
+    items += [record(var) for var in (*jaxpr.constvars, *jaxpr.invars) if var in wanted]
+    items += [record(var) for eqn in jaxpr.eqns for var in eqn.outvars if var in wanted]
     return Residuals(items)

@@ -6,8 +6,10 @@ import hashlib
 import html
 import re
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 __all__ = ["COLUMN_UNITS", "Table", "unit_for"]
@@ -51,12 +53,41 @@ def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
     return units[-1]
 
 
-def _formatter(kind: str, size: int) -> Any:
+# Decimals shown at least, and at most: enough for any two different integers of bytes
+# (2**-30 GiB needs 30) or FLOPs (10**-12 TFLOP needs 12) to differ, and ratios to 9 places.
+_MIN_DECIMALS = {"bytes": 2, "flops": 2, "ratio": 3}
+_MAX_DECIMALS = {"bytes": 30, "flops": 12, "ratio": 9}
+
+
+def _formatter(kind: str, size: int, decimals: int) -> Any:
     if kind == "ratio":
-        return lambda v: "" if pd.isna(v) else f"{v:.3f}×"
+        return lambda v: "" if pd.isna(v) else f"{v:.{decimals}f}×"
     if kind == "count" or size == 1:
         return lambda v: "" if pd.isna(v) else f"{int(v):,}"
-    return lambda v: "" if pd.isna(v) else f"{v / size:,.2f}"
+    return lambda v: "" if pd.isna(v) else _in_unit(v, size, decimals)
+
+
+def _in_unit(value: Any, size: int, decimals: int) -> str:
+    """``value / size`` with ``decimals`` decimals; exact for integers however large (floats lose past 2**53)."""
+    if not isinstance(value, (int, np.integer)):
+        return f"{value / size:,.{decimals}f}"
+    scaled = round(Fraction(int(value) * 10**decimals, size))
+    whole, part = divmod(abs(scaled), 10**decimals)
+    sign = "-" if scaled < 0 else ""
+    return f"{sign}{whole:,}.{part:0{decimals}d}" if decimals else f"{sign}{whole:,}"
+
+
+def _column_formatter(values: pd.Series, kind: str) -> tuple[str, Any]:
+    """The unit and formatter of a column: the fewest decimals that keep different values different."""
+    name, size = unit_for(values, kind) if kind in ("bytes", "flops") else ("", 1)
+    decimals = _MIN_DECIMALS.get(kind, 0)
+    distinct = set(values)
+    while True:
+        formatter = _formatter(kind, size, decimals)
+        if (kind == "count" or (kind != "ratio" and size == 1) or decimals >= _MAX_DECIMALS[kind]
+                or len({formatter(v) for v in distinct}) == len(distinct)):
+            return name, formatter
+        decimals += 1
 
 
 def _text(value: Any, html_cell: bool) -> str:
@@ -77,7 +108,9 @@ class Table:
 
     Numeric columns are right-aligned; byte and FLOP columns are shown in one unit each,
     named in the header (``temp (MiB)``), while the ``frame`` attribute keeps the exact values.
-    ``str()`` gives the same table as plain text.
+    Byte, FLOP and ratio columns show two decimals (a ratio three), or as many more as it
+    takes for different values never to read the same. ``str()`` gives the same table as
+    plain text.
 
     Args:
         frame: The values, one row per line of the table; the index is not shown.
@@ -108,6 +141,11 @@ class Table:
         b             3.00
         >>> '<td class="data row1 col1 num" >3.00</td>' in table._repr_html_()
         True
+        >>> print(Table(pd.DataFrame({"temp": [2**20, 2**20 + 2**10]}), units={"temp": "bytes"}))
+        temp (MiB)
+        ----------
+             1.000
+             1.001
     """
 
     def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,
@@ -141,11 +179,9 @@ class Table:
     def _shown(self) -> tuple[pd.DataFrame, dict[str, Any]]:
         headers, formatters = {}, {}
         for column, kind in self.units.items():
-            name, size = ("", 1)
-            if kind in ("bytes", "flops"):
-                name, size = unit_for(self.frame[column].dropna(), kind)
+            name, formatter = _column_formatter(self.frame[column].dropna(), kind)
             headers[column] = f"{column} ({name})" if name else column
-            formatters[headers[column]] = _formatter(kind, size)
+            formatters[headers[column]] = formatter
         return self.frame.rename(columns=headers), formatters
 
     def _html_headers(self, shown: pd.DataFrame) -> list[str]:

@@ -38,6 +38,21 @@ def test_depth_page_plots_memory_against_depth(site_dir):
     assert "in which case ``prevent_cse`` can be set to False." in text  # the whole sentence
 
 
+def test_depth_page_breaks_down_what_each_scanned_layer_keeps(site_dir):
+    html, text = _page_text(site_dir, "depth.html")
+    kept = table_with(html, "type", "bytes", "kind", "scan", "source")
+    assert [(row["type"], row["kind"]) for row in kept] == [
+        ("f32[16,2,256,256]", "argument"), ("16 × f32[512,256]", "named"), ("16 × f32[512,256]", "carry")]
+    assert re.fullmatch(r"'hidden' at <cell>:\d+ \(named_layer\)", kept[1]["source"])
+    assert kept[1]["scan"] == kept[2]["scan"] and kept[1]["scan"].startswith("<cell>:")
+    assert text.count("f32[16,512,256] output of scan") == 2  # JAX's own printer, for comparison
+    per_layer = table_with(html, "policy", "kept from each layer", "per layer (MiB)")
+    assert [(row["policy"], row["per layer (MiB)"]) for row in per_layer][:3] == [
+        ("nothing_saveable", "0.50"), ("save_only_these_names('hidden')", "1.00"),
+        ("dots_with_no_batch_dims_saveable", "1.50")]
+    assert "scan at" not in text  # no stacked value is described only as the scan's output
+
+
 def test_sharded_page_runs_on_eight_devices_and_shows_its_tables(built_page):
     page = built_page("sharded.html")
     text = page_text(page)

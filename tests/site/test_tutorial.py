@@ -39,9 +39,23 @@ def test_recursive_checkpoint_counts_in_prose_match_the_listing(page):
 
 
 def test_side_by_side_view_marks_recomputation(page):
-    assert page.count('<div class="remat-fwd-bwd">') == 2
-    assert page.count('title="recomputed"') == 5  # sin, cos, sin, cos, cos of f under the dots policy
+    views = page.split('<div class="remat-fwd-bwd">')[1:]
+    assert len(views) == 4  # f, f under the dots policy, the transformer with and without checkpoint
+    assert views[1].count('title="recomputed"') == 5  # sin, cos, sin, cos, cos of f under the dots policy
     assert "forward computation:" in page_text(page)  # the plain-text view of the sin example
+
+
+def test_a_large_view_shows_its_summary_and_folds_its_listing(page):
+    views = page.split('<div class="remat-fwd-bwd">')[1:]
+    assert all("<details>" not in view for view in views[:2])
+    for view in views[2:]:
+        summary, listing = view.split("<details>", 1)
+        assert "equations by primitive" in summary and 'class="remat-fb-columns"' not in summary
+        assert re.match(r"<summary>The listing: \d+ lines forward, \d+ backward</summary>", listing)
+    text = page_text(page)
+    assert re.search(r"bytes kept, fwd_bwd: (\d+) \| saved_residuals: \1\b", text)
+    longest = int(re.search(r"listing\(\): \d+ lines, the longest (\d+) characters", text).group(1))
+    assert longest <= 100
 
 
 def test_corrections_are_shown_by_output(page):

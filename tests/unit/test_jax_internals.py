@@ -52,3 +52,16 @@ def test_scan_operands_splits_a_scan_equation_into_consts_carry_and_xs():
 def test_scan_operands_rejects_params_of_another_primitive():
     with pytest.raises(ValueError, match="params"):
         scan_operands({"num_consts": 0}, [])
+
+
+def test_traceback_frames_name_the_line_that_made_an_equation():
+    from remat_guide._jax_internals import traceback_frames
+
+    def f(x):
+        return jax.numpy.sin(x)
+
+    frames = traceback_frames(jax.make_jaxpr(f)(1.0).eqns[0].source_info)
+    line = f.__code__.co_firstlineno + 1
+    assert (__file__, f.__qualname__, line) in frames, (
+        f"JAX {jax.__version__} changed the frames of an equation's source_info: "
+        "update remat_guide/jax_internals.py:traceback_frames")
