@@ -40,8 +40,9 @@ class PolicyRow:
     """What one policy costs on one model, measured by compiling ``jax.jit(jax.grad(loss))``.
 
     Attributes:
-        name: The policy's label; for the baseline, ``loss_for(None)``, ``"no checkpoint"``,
-            or ``"loss_for(None)"`` when that loss still uses ``jax.checkpoint``.
+        name: The policy's label. The baseline, the loss of ``loss_for(None)``, is
+            ``"no checkpoint"``, or ``"loss_for(None)"`` when that loss still uses
+            ``jax.checkpoint``.
         policy: The object to pass as ``jax.checkpoint(..., policy=...)``; ``None`` for
             the baseline, the loss ``loss_for(None)`` returns.
         residual_bytes: What the forward pass keeps for the backward pass at the jaxpr
@@ -221,7 +222,8 @@ def compare_policies(
             arguments may be anything JAX traces (integers, bools, PRNG keys).
         has_aux: As for ``jax.grad``: the loss returns a pair ``(loss, aux)``, and only
             ``loss`` is differentiated; ``aux`` is an output of the compiled program, as
-            ``jax.grad`` returns it, not a residual.
+            ``jax.grad`` returns it, and counts as a residual only where the backward
+            pass reads the same value.
         kwargs: The loss's keyword arguments, as a mapping: the loss is called as
             ``loss(*args, **kwargs)``. As with ``jax.grad``, they are never
             differentiated; ``jax.jit`` traces them like the positional arguments, so
