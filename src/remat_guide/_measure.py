@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import dataclasses
+import functools
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from remat_guide import _validation as validation
 from remat_guide._labels import names_label
+from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
 
-__all__ = ["BASELINE", "STANDARD_POLICIES", "as_policies", "call_loss", "check_baseline", "check_inputs",
-           "check_loss", "check_policies", "default_policies", "measure", "standard_policy"]
+__all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
+           "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "standard_policy",
+           "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
+CHECKPOINTED_BASELINE = "loss_for(None)"
+"""The label of the baseline row when ``loss_for(None)`` still uses ``jax.checkpoint``."""
 
 # The standard policies that take no arguments and run on every backend (the offloading
 # ones need a host memory space to matter; the aliases checkpoint_dots and
@@ -63,8 +74,8 @@ def as_policies(policies: Any) -> dict[str, Any]:
         for label, policy in policies.items():
             if not isinstance(label, str):
                 raise TypeError(f"policies: labels must be str, got {type(label).__name__}")
-            if label == BASELINE:
-                raise ValueError(f"policies: {BASELINE!r} is the baseline row, always included")
+            if label in (BASELINE, CHECKPOINTED_BASELINE):
+                raise ValueError(f"policies: {label!r} is the baseline row, always included")
             result[label] = validation.policy(policy, f"policies[{label!r}]")
         return result
     if isinstance(policies, (str, bytes)) or not isinstance(policies, Iterable):
@@ -89,69 +100,191 @@ def call_loss(loss_for: Callable, policy: Any) -> Callable:
     return loss
 
 
-def measure(loss: Callable, args: tuple, argnums: int | tuple[int, ...]) -> tuple[int, int, int, int]:
-    """Compiles ``jax.jit(jax.grad(loss))``: its residual bytes, temporary bytes, true and reported FLOPs."""
-    out = jax.eval_shape(loss, *args)
-    if getattr(out, "shape", None) != ():
-        raise ValueError(
-            f"loss_for(policy) must return a function with a scalar output, got shape "
-            f"{getattr(out, 'shape', type(out).__name__)}"
-        )
-    compiled = jax.jit(jax.grad(loss, argnums=argnums)).lower(*args).compile()
-    flops = count_flops(compiled)
-    if is_sharded(*args):  # the bytes each device holds
-        residual_bytes = sum(r.device_nbytes for r in residual_shardings(loss, *args))
-    else:
-        residual_bytes = saved_residuals(loss, *args).total_bytes
-    return residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The checked inputs of a measurement: ``jax.grad(loss, argnums, has_aux)(*args, **kwargs)``."""
+
+    args: tuple
+    kwargs: dict[str, Any]
+    argnums: int | tuple[int, ...]
+    has_aux: bool
+
+    @property
+    def per_device(self) -> bool:
+        """Whether the arguments are sharded, so that XLA compiles a program per device."""
+        return is_sharded(*self.args, self.kwargs)
 
 
-def check_inputs(args: tuple, argnums: Any) -> int | tuple[int, ...]:
-    """The loss's arguments and ``argnums``; returns ``argnums`` normalised."""
+def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = False) -> Inputs:
+    """The loss's arguments, ``argnums``, ``kwargs`` and ``has_aux``, checked and normalised."""
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be None or a mapping from names to the loss's keyword arguments, "
+                        f"got {type(kwargs).__name__}")
+    kwargs = dict(kwargs)
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise TypeError(f"kwargs must have str keys (keyword names), got {type(key).__name__}")
+    has_aux = validation.boolean(has_aux, "has_aux")
     paths, _ = jax.tree_util.tree_flatten_with_path(args)
     names = [f"args{jax.tree_util.keystr(path)}" for path, _ in paths]
     validation.arguments([leaf for _, leaf in paths], names)
+    keyword_paths, _ = jax.tree_util.tree_flatten_with_path(kwargs)
+    validation.arguments([leaf for _, leaf in keyword_paths],
+                         [f"kwargs{jax.tree_util.keystr(path)}" for path, _ in keyword_paths])
     argnums = validation.argnums(argnums, len(args))
     selected = {argnums} if isinstance(argnums, int) else set(argnums)
     chosen = [(leaf, name) for (path, leaf), name in zip(paths, names) if path[0].idx in selected]
-    validation.require_floating([leaf for leaf, _ in chosen], [name for _, name in chosen],
-                                every=True, why=f"jax.grad differentiates argnums={argnums}")
-    return argnums
+    why = f"jax.grad differentiates argnums={argnums}"
+    validation.require_floating([leaf for leaf, _ in chosen], [name for _, name in chosen], every=True, why=why)
+    for leaf, name in chosen:
+        dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(f"argument {name} must have a real floating-point dtype ({why}; complex "
+                            f"inputs need jax.grad(..., holomorphic=True)), got {dtype}")
+    return Inputs(tuple(args), kwargs, argnums, has_aux)
 
 
-def check_loss(loss: Callable, args: tuple, argnums: Any, name: str) -> tuple[Any, Any]:
-    """Traces a loss and its gradient (no compilation); returns both jaxprs."""
-    forward, out_shape = jax.make_jaxpr(loss, return_shape=True)(*args)
-    validation.floating_scalar(out_shape, name)
-    gradient = jax.make_jaxpr(jax.grad(loss, argnums=argnums))(*args)
-    validation.check_program(gradient.jaxpr, f"the gradient of {name}")
-    return forward.jaxpr, gradient.jaxpr
+def _abstract(value: Any) -> Any:
+    """A loss's output as ``validation.floating_scalar`` reads it: its shape and dtype if it has them."""
+    if isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, bool):
+        return jax.ShapeDtypeStruct((), jnp.result_type(value))
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(value.shape), value.dtype)
+    return value
 
 
-def check_baseline(loss_for: Callable, args: tuple, argnums: Any) -> list[str]:
-    """Checks the baseline loss; returns the ``checkpoint_name`` tags it uses."""
-    forward, _ = check_loss(call_loss(loss_for, None), args, argnums, "loss_for(None)")
-    if validation.contains_checkpoint(forward):
+def _checked_loss(loss: Callable, has_aux: bool, name: str) -> Callable:
+    """``loss``, refusing with our wording an output that ``jax.grad`` cannot differentiate."""
+
+    @functools.wraps(loss)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        out = loss(*args, **kwargs)
+        value = out
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                if isinstance(out, tuple):
+                    got = f"a tuple of {len(out)}"
+                elif hasattr(out, "shape") and hasattr(out, "dtype"):
+                    got = f"one array of shape {tuple(out.shape)}"
+                else:
+                    got = type(out).__name__
+                raise TypeError(f"{name} must return a loss that returns a pair (loss, aux), as has_aux=True "
+                                f"says, got a loss returning {got}")
+            value = out[0]
+        validation.floating_scalar(_abstract(value), name)
+        return out
+
+    return checked
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One row: its loss and ``jax.jit(jax.grad(loss, argnums, has_aux))``, traced once.
+
+    The trace serves the checks and the compilation; the loss serves the residual listing.
+    """
+
+    label: str
+    policy: Any
+    loss: Callable
+    traced: Any
+
+
+def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any]:
+    """``loss_for(policy)`` and its gradient, traced once and checked (no compilation)."""
+    loss = call_loss(loss_for, policy)
+    check_keywords(loss, inputs.args, inputs.kwargs, "kwargs")
+    gradient = jax.grad(_checked_loss(loss, inputs.has_aux, name), argnums=inputs.argnums, has_aux=inputs.has_aux)
+    traced = jax.jit(gradient).trace(*inputs.args, **inputs.kwargs)
+    validation.check_program(traced.jaxpr.jaxpr, f"the gradient of {name}")
+    return loss, traced
+
+
+def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[str]]:
+    """Traces and checks ``loss_for(None)``; returns its row's program and the ``checkpoint_name`` tags it uses.
+
+    The row is labelled ``"no checkpoint"``, or ``"loss_for(None)"`` (with a warning) when
+    the loss still uses ``jax.checkpoint``, so that no row calls a checkpointed program
+    "no checkpoint".
+    """
+    loss, traced = _trace(loss_for, None, "loss_for(None)", inputs)
+    label = BASELINE
+    if validation.contains_checkpoint(traced.jaxpr.jaxpr):
+        label = CHECKPOINTED_BASELINE
         warnings.warn(
-            "loss_for(None) still uses jax.checkpoint, so the 'no checkpoint' row and every "
-            "FLOPs ratio are measured against a checkpointed program; loss_for(None) should "
-            "return the loss without any jax.checkpoint",
+            f"loss_for(None) still uses jax.checkpoint, so the baseline row is labelled "
+            f"{CHECKPOINTED_BASELINE!r}, not {BASELINE!r}: it and every FLOPs ratio describe that "
+            "checkpointed program; loss_for(None) should return the loss without any jax.checkpoint",
             UserWarning, stacklevel=3)
-    return validation.tagged_names(forward)
+    return Program(label, None, loss, traced), validation.tagged_names(traced.jaxpr.jaxpr)
 
 
-def check_policies(loss_for: Callable, chosen: Mapping[str, Any], args: tuple, argnums: Any,
-                    tags: Sequence[str]) -> None:
-    """Each policy: its signature and answers, its names, and that ``loss_for`` uses it."""
-    for label, policy in chosen.items():
-        name = f"policies[{label!r}]"
-        validation.policy(policy, name)
-        validation.check_policy_names(policy, name, tags)
-        probe = validation.PolicyProbe(policy, name)
-        check_loss(call_loss(loss_for, probe), args, argnums, f"loss_for({name})")
-        if not probe.called:
-            raise ValueError(
-                f"loss_for ignores its policy: JAX never consults {name} when it "
-                "differentiates loss_for(policy), so the row would be the same for every "
-                "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
-            )
+def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, tags: Sequence[str]) -> Program:
+    """Checks one policy (its signature, answers and names) and traces ``loss_for`` with it, once."""
+    name = f"policies[{label!r}]"
+    validation.policy(policy, name)
+    validation.check_policy_names(policy, name, tags)
+    probe = validation.PolicyProbe(policy, name)
+    loss, traced = _trace(loss_for, probe, f"loss_for({name})", inputs)
+    if not probe.called:
+        raise ValueError(
+            f"loss_for ignores its policy: JAX never consults {name} when it "
+            "differentiates loss_for(policy), so the row would be the same for every "
+            "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
+        )
+    return Program(label, policy, loss, traced)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What compiling one program gives: residual and temporary bytes, true and reported FLOPs."""
+
+    residual_bytes: int
+    temp_bytes: int
+    flops: int
+    reported_flops: int
+
+
+def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
+    """The bytes of the residuals of ``jax.grad(loss, argnums, has_aux)``; per device when sharded."""
+
+    def positional(*values: Any) -> Any:  # the keyword arguments come last, never differentiated
+        *args, kwargs = values
+        out = loss(*args, **kwargs)
+        return out[0] if inputs.has_aux else out
+
+    args = (*inputs.args, inputs.kwargs)
+    if inputs.per_device:
+        return sum(r.device_nbytes for r in residual_shardings(positional, *args, argnums=inputs.argnums))
+    return saved_residuals(positional, *args, argnums=inputs.argnums).total_bytes
+
+
+def _measurement(compiled: Any, residual_bytes: int) -> Measurement:
+    flops = count_flops(compiled)
+    return Measurement(residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported)
+
+
+def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
+    """Compiles traced programs, in order and never run, and lists their losses' residuals.
+
+    XLA compiles in one background thread, one program at a time, while this thread does
+    the Python work around it: lowering the next program, listing residuals, counting the
+    FLOPs of the programs compiled. So the wall time is close to the sum of the compile
+    times. On an error, the programs not yet compiling are dropped.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="remat_guide-compile")
+    try:
+        waiting: collections.deque = collections.deque()
+        measured = []
+        for program in programs:
+            waiting.append((pool.submit(program.traced.lower().compile), _residual_bytes(program.loss, inputs)))
+            while waiting and waiting[0][0].done():
+                compiling, residual_bytes = waiting.popleft()
+                measured.append(_measurement(compiling.result(), residual_bytes))
+        for compiling, residual_bytes in waiting:
+            measured.append(_measurement(compiling.result(), residual_bytes))
+        return measured
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -203,8 +203,8 @@ def floating_scalar(out_shape: Any, name: str) -> None:
                         f"dtype {out_shape.dtype}")
 
 
-def argnums(value: Any, nargs: int) -> int | tuple[int, ...]:
-    """``argnums`` as ``jax.grad`` takes it, checked against the number of arguments.
+def argnums(value: Any, nargs: int, function: str = "the loss") -> int | tuple[int, ...]:
+    """``argnums`` as ``jax.grad`` takes it, checked against the number of positional arguments of ``function``.
 
     Returns an int for an int and a tuple for any iterable of ints, negative indices
     counted from the end.
@@ -223,7 +223,7 @@ def argnums(value: Any, nargs: int) -> int | tuple[int, ...]:
             raise TypeError(f"argnums must hold ints, got {_type(item)}")
         if not -nargs <= item < nargs:
             raise ValueError(
-                f"argnums {int(item)} is out of range: the loss gets {nargs} positional "
+                f"argnums {int(item)} is out of range: {function} gets {nargs} positional "
                 f"argument{'' if nargs == 1 else 's'}"
             )
         result.append(int(item) % nargs)

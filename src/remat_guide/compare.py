@@ -6,26 +6,27 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import jax
 import pandas as pd
 
 from remat_guide import _validation as validation
 from remat_guide._measure import (
     BASELINE,
+    CHECKPOINTED_BASELINE,
     STANDARD_POLICIES,
+    Inputs,
+    Program,
     as_policies,
-    call_loss,
-    check_baseline,
     check_inputs,
-    check_policies,
     default_policies,
     measure,
+    trace_baseline,
+    trace_policy,
 )
-from remat_guide.sharded import is_sharded
 from remat_guide.tables import Table
 
 __all__ = [
     "BASELINE",
+    "CHECKPOINTED_BASELINE",
     "STANDARD_POLICIES",
     "Comparison",
     "PolicyRow",
@@ -39,11 +40,15 @@ class PolicyRow:
     """What one policy costs on one model, measured by compiling ``jax.jit(jax.grad(loss))``.
 
     Attributes:
-        name: The policy's label, ``"no checkpoint"`` for the baseline.
+        name: The policy's label. The baseline, the loss of ``loss_for(None)``, is
+            ``"no checkpoint"``, or ``"loss_for(None)"`` when that loss still uses
+            ``jax.checkpoint``.
         policy: The object to pass as ``jax.checkpoint(..., policy=...)``; ``None`` for
-            the baseline, which uses no ``jax.checkpoint`` at all.
+            the baseline, the loss ``loss_for(None)`` returns.
         residual_bytes: What the forward pass keeps for the backward pass at the jaxpr
-            level, before XLA (``saved_residuals(...).total_bytes``).
+            level, before XLA: ``saved_residuals(loss, *args, argnums=argnums).total_bytes``,
+            the residuals of the same gradient that is compiled (only the arguments in
+            ``argnums`` are differentiated).
         temp_bytes: XLA's temporary memory for the compiled program (activations and
             scratch; arguments and outputs are not included).
         flops: The program's FLOPs, each loop body counted once per iteration.
@@ -136,12 +141,19 @@ class Comparison(list[PolicyRow]):
                      "flops_ratio"])
 
     def table(self) -> Table:
-        """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units."""
+        """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units.
+
+        The ratio's header names the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
+        loss_for(None)`` when the rows hold a baseline labelled so.
+        """
+        baseline = CHECKPOINTED_BASELINE if any(row.name == CHECKPOINTED_BASELINE and row.policy is None
+                                                for row in self) else BASELINE
+        ratio = f"FLOPs vs {baseline}"
         frame = self.to_pandas().rename(columns={
             "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
-            "reported_flops": "XLA-reported FLOPs", "flops_ratio": f"FLOPs vs {BASELINE}"})
+            "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio})
         return Table(frame, units={"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops",
-                                   "XLA-reported FLOPs": "flops", f"FLOPs vs {BASELINE}": "ratio"})
+                                   "XLA-reported FLOPs": "flops", ratio: "ratio"})
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
@@ -153,38 +165,71 @@ class Comparison(list[PolicyRow]):
         return str(self.table())
 
 
+def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
+    """Compiles each traced program, the baseline first, into a row."""
+    measured = measure(programs, inputs)
+    base_flops = measured[0].flops
+    per_device = inputs.per_device
+    return Comparison(
+        PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
+                  m.flops / base_flops if base_flops else float("nan"), per_device)
+        for program, m in zip(programs, measured)
+    )
+
+
 def compare_policies(
-    loss_for: Callable[[Any], Callable[..., jax.Array]],
+    loss_for: Callable[[Any], Callable[..., Any]],
     /,
     *args: Any,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
-    argnums: int | tuple[int, ...] = 0,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> Comparison:
     """Measures what each checkpoint policy costs on a model, by compiling its gradient.
 
-    For every policy, ``loss_for(policy)`` builds the loss, and ``jax.jit(jax.grad(loss))``
-    is lowered and compiled, never run: the rows report XLA's temporary memory and the
-    program's true FLOPs (see :func:`count_flops`), with the residuals ``jax.grad``
-    keeps at the jaxpr level. Arguments may be ``jax.ShapeDtypeStruct`` values, so a
-    model too large for this machine can still be measured.
+    For every policy, ``loss_for(policy)`` builds the loss, once, and
+    ``jax.jit(jax.grad(loss, argnums, has_aux=has_aux))`` is traced, checked, lowered and
+    compiled from that one trace, never run: the rows report XLA's temporary memory and the
+    program's true FLOPs (see :func:`count_flops`), with the residuals that the same
+    gradient keeps at the jaxpr level (see :func:`saved_residuals`), the arguments in
+    ``argnums`` differentiated and no other. Arguments may be ``jax.ShapeDtypeStruct``
+    values, so a model too large for this machine can still be measured.
 
     Arguments may be sharded (arrays placed with a ``jax.sharding.NamedSharding``, or
     ``jax.ShapeDtypeStruct`` values with a ``sharding``). Then XLA compiles one SPMD
     program per device, and every row is per device (``per_device`` is ``True``): the
     temporary memory and FLOPs of that program, and the residuals' per-device pieces
-    (see :func:`remat_guide.sharded.residual_shardings`).
+    (see :func:`remat_guide.sharded.residual_shardings`, with the same ``argnums``).
 
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
-            ``*args`` that checkpoints with that policy. ``loss_for(None)`` must return
-            the loss without any ``jax.checkpoint``: it is the baseline row.
-        *args: The loss's arguments: arrays, pytrees, or ``jax.ShapeDtypeStruct`` values.
+            ``*args`` that checkpoints with that policy. ``loss_for(None)`` is the
+            baseline row and should return the loss without any ``jax.checkpoint``; if
+            it still checkpoints, its row is labelled ``"loss_for(None)"`` instead of
+            ``"no checkpoint"`` (with a warning), since it is not the program without
+            checkpoints.
+        *args: The loss's positional arguments: arrays, numbers, pytrees, or
+            ``jax.ShapeDtypeStruct`` values.
         policies: ``None`` for the default set: the standard policies in
             ``STANDARD_POLICIES``, ``save_only_these_names`` for each ``checkpoint_name``
             tag in the model, and for all of them together. Otherwise a sequence of
             names from ``jax.checkpoint_policies`` (any iterable: a list, a generator) or a
             mapping from labels to policies.
-        argnums: The arguments to differentiate, as for ``jax.grad``.
+        argnums: The positional arguments to differentiate, as for ``jax.grad``: an int
+            or a sequence of ints, ``0`` by default. Every leaf of them must be a real
+            floating-point value (bfloat16, float16 and float8 included); the other
+            arguments may be anything JAX traces (integers, bools, PRNG keys).
+        has_aux: As for ``jax.grad``: the loss returns a pair ``(loss, aux)``, and only
+            ``loss`` is differentiated; ``aux`` is an output of the compiled program, as
+            ``jax.grad`` returns it, and counts as a residual only where the backward
+            pass reads the same value.
+        kwargs: The loss's keyword arguments, as a mapping: the loss is called as
+            ``loss(*args, **kwargs)``. As with ``jax.grad``, they are never
+            differentiated; ``jax.jit`` traces them like the positional arguments, so
+            they are arrays, numbers or ``jax.ShapeDtypeStruct`` values (bind other
+            options inside ``loss_for``). A mapping rather than ``**kwargs``, so that a
+            keyword of the loss never collides with one of this function.
 
     Returns:
         One row per policy, the baseline first, then the policies in the order given, as a
@@ -195,20 +240,23 @@ def compare_policies(
             ``policies`` is not one of the forms above, or a policy is not callable as
             ``policy(prim, *avals, **params)`` or answers other than True/False (or
             ``Saveable``, ``Recompute``, ``Offloadable``); ``argnums`` is not an int or
-            a sequence of ints; an argument is not an array, a number or a
-            ``jax.ShapeDtypeStruct``; an argument in ``argnums`` is not floating-point;
-            or the loss does not return a real floating-point scalar.
+            a sequence of ints; ``has_aux`` is not a bool; ``kwargs`` is not a mapping
+            with str keys, or names an argument also passed by position; an argument
+            is not an array, a number or a ``jax.ShapeDtypeStruct``; an argument in
+            ``argnums`` is not real floating-point; or the loss does not return a real
+            floating-point scalar (with ``has_aux``, a pair whose first item is one).
         ValueError: If a policy name is unknown, needs arguments or is given twice;
-            ``argnums`` is out of range or repeats an argument; the loss's output is not
-            a scalar; an argument or the compiled program would be larger than any
-            machine holds (before XLA sees it); ``loss_for(policy)`` never consults
+            ``argnums`` is empty, out of range or repeats an argument; the loss's output
+            is not a scalar; an argument or the compiled program would be larger than
+            any machine holds (before XLA sees it); ``loss_for(policy)`` never consults
             its policy (the row would not depend on it); or a name-based policy names
             only tags the loss never uses (the names it uses are listed).
 
     Warns:
         UserWarning: If ``loss_for(None)``, the baseline, still uses ``jax.checkpoint``
-            (every ratio is then against a checkpointed program), or a name-based policy
-            names some tags the loss never uses.
+            (its row is then ``"loss_for(None)"`` and every ratio is against that
+            checkpointed program), or a name-based policy names some tags the loss never
+            uses.
 
     Examples:
         >>> import jax
@@ -227,57 +275,76 @@ def compare_policies(
         Traceback (most recent call last):
         ...
         ValueError: policies: unknown policy name 'dots_savable'; jax.checkpoint_policies has ...
+
+        Keyword arguments and an auxiliary output, as ``jax.grad`` takes them:
+
+        >>> import jax.numpy as jnp
+        >>> def loss_for(policy):
+        ...     def loss(w, x, *, scale):
+        ...         y = jnp.tanh(x @ w)
+        ...         return scale * jnp.sum(y ** 2), {"mean": jnp.mean(y)}
+        ...     return loss if policy is None else jax.checkpoint(loss, policy=policy)
+        >>> rows = compare_policies(loss_for, jnp.ones((8, 8)), jnp.ones((4, 8)), has_aux=True,
+        ...                         kwargs={"scale": 0.5}, policies=["nothing_saveable"])
+        >>> [row.name for row in rows]
+        ['no checkpoint', 'nothing_saveable']
     """
     validation.callable_arg(loss_for, "loss_for")
-    argnums = check_inputs(args, argnums)
-    tags = check_baseline(loss_for, args, argnums)
+    inputs = check_inputs(args, argnums, kwargs, has_aux)
+    base, tags = trace_baseline(loss_for, inputs)
     chosen = default_policies(tags) if policies is None else as_policies(policies)
-    check_policies(loss_for, chosen, args, argnums, tags)
-    measured = [(BASELINE, None, measure(call_loss(loss_for, None), args, argnums))]
-    for label, policy in chosen.items():
-        measured.append((label, policy, measure(call_loss(loss_for, policy), args, argnums)))
-    base_flops = measured[0][2][2]
-    per_device = is_sharded(*args)
-    return Comparison(
-        PolicyRow(label, policy, residual, temp, flops, reported,
-                  flops / base_flops if base_flops else float("nan"), per_device)
-        for label, policy, (residual, temp, flops, reported) in measured
-    )
+    programs = [base] + [trace_policy(loss_for, label, policy, inputs, tags) for label, policy in chosen.items()]
+    return _rows(programs, inputs)
 
 
 def recommend_policy(
-    loss_for: Callable[[Any], Callable[..., jax.Array]],
+    loss_for: Callable[[Any], Callable[..., Any]] | None = None,
     /,
     *args: Any,
     budget_bytes: int,
+    rows: Iterable[PolicyRow] | None = None,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
-    argnums: int | tuple[int, ...] = 0,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> PolicyRow:
     """The cheapest policy whose compiled temporary memory fits a budget.
 
-    Every candidate is measured by :func:`compare_policies` (compiled, not estimated).
-    Among the rows whose ``temp_bytes`` is at most ``budget_bytes``, the one with the
-    fewest FLOPs wins; on a tie, the one using less memory. The row's ``policy`` is
-    the object to pass to ``jax.checkpoint`` (``None``: no checkpoint is needed).
-    With sharded arguments the rows are per device, so ``budget_bytes`` is the temporary
-    memory of one device.
+    The candidates are the rows of :func:`compare_policies` (compiled, not estimated):
+    either ``loss_for`` and its arguments are given and every candidate is measured
+    here, or the rows of an earlier :func:`compare_policies` (or :func:`plan_names`)
+    are given as ``rows``, and nothing is compiled again. Among the rows whose
+    ``temp_bytes`` is at most ``budget_bytes``, the one with the fewest FLOPs wins; on a
+    tie, the one using less memory. The row's ``policy`` is the object to pass to
+    ``jax.checkpoint``; ``None`` means the loss that ``loss_for(None)`` returns, which
+    uses no checkpoint when the row is named ``"no checkpoint"`` (see
+    :func:`compare_policies` for a baseline that still checkpoints). With sharded
+    arguments the rows are per device, so ``budget_bytes`` is the temporary memory of
+    one device.
 
     Args:
-        loss_for: As for :func:`compare_policies`.
+        loss_for: As for :func:`compare_policies`; leave it out when ``rows`` is given.
         *args: As for :func:`compare_policies`.
         budget_bytes: The most temporary memory the compiled gradient may use, in bytes.
+        rows: Rows measured already (a :class:`Comparison` or any iterable of
+            :class:`PolicyRow`), instead of ``loss_for`` and its arguments.
         policies: As for :func:`compare_policies`.
         argnums: As for :func:`compare_policies`.
+        has_aux: As for :func:`compare_policies`.
+        kwargs: As for :func:`compare_policies`.
 
     Returns:
         The chosen row.
 
     Raises:
-        TypeError: If ``budget_bytes`` is not an int (or an argument is wrong as for
+        TypeError: If ``budget_bytes`` is not an int, ``rows`` is not an iterable of
+            :class:`PolicyRow`, neither ``loss_for`` nor ``rows`` is given (or an
+            argument is wrong as for :func:`compare_policies`).
+        ValueError: If ``budget_bytes`` is not positive; ``rows`` is empty, or given
+            together with ``loss_for``, arguments, ``policies``, ``argnums``,
+            ``has_aux`` or ``kwargs``; or no policy fits: the message names the smallest
+            memory any policy reaches (or an argument is wrong as for
             :func:`compare_policies`).
-        ValueError: If ``budget_bytes`` is not positive, or no policy fits; the message
-            names the smallest memory any policy reaches (or an argument is wrong as
-            for :func:`compare_policies`).
 
     Warns:
         UserWarning: As for :func:`compare_policies`.
@@ -288,12 +355,15 @@ def recommend_policy(
         >>> from remat_guide.models import mlp_args, mlp_scan_loss
         >>> args = mlp_args(layers=8, n=64, d=32)
         >>> names = ["dots_saveable", "nothing_saveable"]
-        >>> rows = {row.name: row for row in compare_policies(mlp_scan_loss, *args, policies=names)}
-        >>> budget = rows["no checkpoint"].temp_bytes - 1
-        >>> best = recommend_policy(mlp_scan_loss, *args, budget_bytes=budget, policies=names)
-        >>> best.name, best.temp_bytes <= budget, best.flops < rows["nothing_saveable"].flops
+        >>> rows = compare_policies(mlp_scan_loss, *args, policies=names)
+        >>> by_name = {row.name: row for row in rows}
+        >>> budget = by_name["no checkpoint"].temp_bytes - 1
+        >>> best = recommend_policy(rows=rows, budget_bytes=budget)
+        >>> best.name, best.temp_bytes <= budget, best.flops < by_name["nothing_saveable"].flops
         ('dots_saveable', True, True)
-        >>> recommend_policy(mlp_scan_loss, *args, budget_bytes=1, policies=names)
+        >>> recommend_policy(mlp_scan_loss, *args, budget_bytes=budget, policies=names) == best
+        True
+        >>> recommend_policy(rows=rows, budget_bytes=1)
         Traceback (most recent call last):
         ...
         ValueError: no policy fits budget_bytes=1: the smallest temporary memory is ... bytes, with ...
@@ -301,10 +371,28 @@ def recommend_policy(
     budget_bytes = validation.integer(budget_bytes, "budget_bytes")
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-    rows = compare_policies(loss_for, *args, policies=policies, argnums=argnums)
-    fitting = [row for row in rows if row.temp_bytes <= budget_bytes]
+    if rows is None:
+        if loss_for is None:
+            raise TypeError("recommend_policy needs loss_for (a callable) with its arguments, or rows measured "
+                            "already; got neither")
+        candidates = compare_policies(loss_for, *args, policies=policies, argnums=argnums, has_aux=has_aux,
+                                      kwargs=kwargs)
+    else:
+        given = [name for name, unset in (("loss_for", loss_for is None), ("args", not args),
+                                          ("policies", policies is None), ("has_aux", has_aux is False),
+                                          ("kwargs", kwargs is None))
+                 if not unset]
+        if not (isinstance(argnums, int) and not isinstance(argnums, bool) and argnums == 0):
+            given.append("argnums")
+        if given:
+            raise ValueError(f"rows are measured already: {', '.join(given)} would not be used; pass either "
+                             "rows or loss_for with its arguments")
+        candidates = _policy_rows(rows)
+        if not candidates:
+            raise ValueError("rows must hold at least one PolicyRow")
+    fitting = [row for row in candidates if row.temp_bytes <= budget_bytes]
     if not fitting:
-        smallest = min(rows, key=lambda row: row.temp_bytes)
+        smallest = min(candidates, key=lambda row: row.temp_bytes)
         raise ValueError(
             f"no policy fits budget_bytes={budget_bytes}: the smallest temporary memory is "
             f"{smallest.temp_bytes} bytes, with {smallest.name}"

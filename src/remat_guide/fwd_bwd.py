@@ -641,11 +641,12 @@ def _view(fwd: jcore.Jaxpr, bwd: jcore.Jaxpr, num_residuals: int, num_cotangents
 # --- the public function ----------------------------------------------------------------
 
 
-def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
+def fwd_bwd(f: Callable, /, *args: Any, argnums: int | Sequence[int] | None = None, **kwargs: Any) -> FwdBwd:
     """Shows the forward and backward computations of ``jax.vjp(f, ...)`` side by side.
 
-    The forward computation is the jaxpr of ``jax.vjp(f, *args, **kwargs)``: it returns
-    ``f``'s output and the residuals. The backward computation is the jaxpr of the VJP
+    The forward computation is the jaxpr of ``jax.vjp`` of ``f`` with respect to the
+    arguments that ``argnums`` chooses (by default all of them): it returns ``f``'s output
+    and the residuals. The backward computation is the jaxpr of the VJP
     function applied to an output cotangent: its inputs are the residuals, then the
     cotangent. Two kinds of equations are marked:
 
@@ -665,8 +666,13 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
         f: The function to differentiate (positional only, so ``f`` may itself take a
             keyword argument named ``f``). Its arguments and output may be pytrees of
             floating-point arrays.
-        *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
-            ``jax.ShapeDtypeStruct`` values. At least one must be floating-point.
+        *args: Positional arguments for ``f``: arrays, pytrees of arrays, numbers, or
+            ``jax.ShapeDtypeStruct`` values.
+        argnums: Which arguments are differentiated, as for
+            :func:`~remat_guide.saved_residuals`: ``None`` (the default) for every
+            argument, positional and keyword (at least one floating-point); an int or a
+            sequence of ints for those positional arguments only, as ``jax.grad`` takes
+            it (each leaf floating-point; keyword arguments are then not differentiated).
         **kwargs: Keyword arguments for ``f``, traced like the positional ones.
 
     Returns:
@@ -676,12 +682,15 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
 
     Raises:
         TypeError: If ``f`` is not callable, an argument is not an array, a number or
-            a ``jax.ShapeDtypeStruct``, no argument is floating-point, or an output of
+            a ``jax.ShapeDtypeStruct``, no argument is floating-point, an argument in
+            ``argnums`` is not floating-point, ``argnums`` is not an int or a sequence
+            of ints, a keyword argument is also passed by position, or an output of
             ``f`` is not floating-point; or the policy of a ``jax.checkpoint`` in
             ``f`` has the wrong signature or answers other than True/False (the message
             names the policy).
         ValueError: If an argument has a negative dimension or a size no machine
-            holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
+            holds, ``argnums`` is empty, out of range or names an argument twice, or
+            ``f`` returns no array (such as ``None``: a missing ``return``).
 
     Examples:
         >>> import jax
@@ -708,8 +717,8 @@ def fwd_bwd(f: Callable, /, *args: Any, **kwargs: Any) -> FwdBwd:
         ((), ('sin', 'cos', 'cos'))
     """
     validation.callable_arg(f, "f")
-    check_arguments(f, args, kwargs)
-    fwd, out_shape, vjp_shape = trace_vjp(f, args, kwargs)
+    differentiated = check_arguments(f, args, kwargs, argnums)
+    fwd, out_shape, vjp_shape = trace_vjp(f, args, kwargs, differentiated)
     validation.check_outputs(out_shape, "f")
     res_specs, vjp_tree = jax.tree_util.tree_flatten(vjp_shape)
     ct_specs, ct_tree = jax.tree_util.tree_flatten(out_shape)

@@ -4,28 +4,46 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 
 from remat_guide import _validation as validation
 from remat_guide._labels import names_label
-from remat_guide._measure import STANDARD_POLICIES, call_loss, check_baseline, check_inputs, measure
-from remat_guide.compare import PolicyRow, compare_policies
+from remat_guide._measure import (
+    STANDARD_POLICIES,
+    Inputs,
+    Measurement,
+    Program,
+    check_inputs,
+    measure,
+    standard_policy,
+    trace_baseline,
+    trace_policy,
+)
+from remat_guide.compare import PolicyRow
 
 __all__ = ["plan_names"]
 
 
-_ARGUMENTS = ("arguments",)  # the key of a measured dict under which the model is recorded
+# Keys of a measured dict that are not labels (labels are str): the model it belongs to,
+# and the checkpoint_name tags and baseline label that tracing loss_for(None) gave.
+_ARGUMENTS = ("arguments",)
+_BASELINE = ("baseline",)
 
 
-def _fingerprint(loss_for: Callable, args: tuple, argnums: Any) -> tuple:
-    """What a measured dict's rows depend on: the model, the arguments' types, argnums."""
-    leaves, tree = jax.tree.flatten(args)
+def _fingerprint(loss_for: Callable, inputs: Inputs) -> tuple:
+    """What a measured dict's rows depend on: the model, the arguments' types, argnums, has_aux."""
+    leaves, tree = jax.tree.flatten((inputs.args, inputs.kwargs))
     types = tuple((tuple(getattr(leaf, "shape", ())), str(getattr(leaf, "dtype", type(leaf))),
                    str(getattr(leaf, "sharding", None))) for leaf in leaves)
-    return loss_for, tree, types, argnums
+    return loss_for, tree, types, inputs.argnums, inputs.has_aux
+
+
+def _row(program: Program, m: Measurement, base_flops: int, per_device: bool) -> PolicyRow:
+    return PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
+                     m.flops / base_flops if base_flops else float("nan"), per_device)
 
 
 def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
@@ -54,17 +72,21 @@ def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
 
 
 def plan_names(
-    loss_for: Callable[[Any], Callable[..., jax.Array]],
+    loss_for: Callable[[Any], Callable[..., Any]],
+    /,
     *args: Any,
     budget_bytes: int,
     names: Iterable[str] | None = None,
-    argnums: int | tuple[int, ...] = 0,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
     measured: dict | None = None,
 ) -> PolicyRow:
     """The set of named values to save with the fewest FLOPs whose compiled memory fits a budget.
 
     Same conventions as :func:`recommend_policy`: ``loss_for(policy)`` returns the loss,
-    every candidate is measured by compiling ``jax.jit(jax.grad(loss))`` (never run), and
+    every candidate is measured by compiling ``jax.jit(jax.grad(loss, argnums,
+    has_aux=has_aux))`` (never run), its residuals counted for the same ``argnums``, and
     the winner is the fitting candidate (``temp_bytes <= budget_bytes``) with the fewest
     true FLOPs, then the least memory. The candidates are the subsets of ``names``, each
     as ``jax.checkpoint_policies.save_only_these_names(*subset)``, and, so that the answer
@@ -72,7 +94,8 @@ def plan_names(
     ``STANDARD_POLICIES``. The returned row's ``name`` lists the chosen names (or names
     the standard policy, or ``"no checkpoint"``, when no subset of names does as well),
     its ``policy`` is the object to pass to ``jax.checkpoint``, and its ``compiled``
-    says how many policies were compiled.
+    says how many policies were compiled. (When ``loss_for(None)`` still checkpoints, its
+    row is named ``"loss_for(None)"``, as in :func:`compare_policies`.)
 
     The search:
 
@@ -103,9 +126,15 @@ def plan_names(
         budget_bytes: The most temporary memory the compiled gradient may use, in bytes.
         names: The ``checkpoint_name`` tags to choose from; ``None`` for every tag the
             traced loss uses.
-        argnums: The arguments to differentiate, as for ``jax.grad``.
+        argnums: As for :func:`compare_policies`: the positional arguments to
+            differentiate, as for ``jax.grad``.
+        has_aux: As for :func:`compare_policies`: the loss returns ``(loss, aux)``.
+        kwargs: As for :func:`compare_policies`: the loss's keyword arguments, as a
+            mapping, never differentiated.
         measured: ``None``, or a dict that keeps every row compiled, for later calls with
-            the same ``loss_for``, ``args`` and ``argnums`` (start with an empty dict).
+            the same ``loss_for``, arguments, ``argnums`` and ``has_aux`` (start with an
+            empty dict, or with the rows of :func:`compare_policies` for the same model,
+            keyed by name). A later call reads the model's tags from it and traces nothing.
 
     Returns:
         The chosen row; its ``compiled`` counts the policies this call compiled.
@@ -113,7 +142,8 @@ def plan_names(
     Raises:
         TypeError: If ``loss_for`` is not callable, ``budget_bytes`` is not an int,
             ``names`` is not an iterable of str, ``measured`` is not a dict, or an
-            argument is wrong as for :func:`compare_policies`.
+            argument, ``argnums``, ``has_aux`` or ``kwargs`` is wrong as for
+            :func:`compare_policies`.
         ValueError: If ``budget_bytes`` is not positive, ``names`` is empty, repeats a
             name or holds one the model does not tag, the model tags nothing, ``measured``
             holds rows of another model or other arguments, or no candidate fits; that
@@ -149,23 +179,34 @@ def plan_names(
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
-    argnums = check_inputs(args, argnums)
-    names = _names(names, check_baseline(loss_for, args, argnums))
-    key = _fingerprint(loss_for, args, argnums)
+    inputs = check_inputs(args, argnums, kwargs, has_aux)
+    key = _fingerprint(loss_for, inputs)
     if measured.setdefault(_ARGUMENTS, key) != key:
-        raise ValueError("measured holds rows of another loss_for, other args or argnums; "
+        raise ValueError("measured holds rows of another loss_for, other args, argnums or has_aux; "
                          "start each model with an empty dict")
+    base: Program | None = None
+    if _BASELINE in measured:
+        tags, base_label = measured[_BASELINE]
+    else:
+        base, tags = trace_baseline(loss_for, inputs)
+        base_label = base.label
+        measured[_BASELINE] = (tags, base_label)
+    names = _names(names, tags)
 
-    labels = ["no checkpoint", *STANDARD_POLICIES]
+    labels = [base_label, *STANDARD_POLICIES]
     compiled = 0
+    per_device = inputs.per_device
     if not all(label in measured for label in labels):
-        for row in compare_policies(loss_for, *args, policies=list(STANDARD_POLICIES),
-                                    argnums=argnums):
-            measured[row.name] = row
-        compiled += len(labels)
+        if base is None:
+            base, _ = trace_baseline(loss_for, inputs)
+        programs = [base] + [trace_policy(loss_for, label, standard_policy(label), inputs, tags)
+                             for label in STANDARD_POLICIES]
+        results = measure(programs, inputs)
+        for program, result in zip(programs, results):
+            measured[program.label] = _row(program, result, results[0].flops, per_device)
+        compiled += len(programs)
     standard = [measured[label] for label in labels]
     base_flops = standard[0].flops
-    per_device = standard[0].per_device
     sets: dict[frozenset[str], PolicyRow] = {
         frozenset(): next(row for row in standard if row.name == "nothing_saveable")}
 
@@ -175,11 +216,9 @@ def plan_names(
         label = names_label(chosen)
         if label not in measured:
             policy = jax.checkpoint_policies.save_only_these_names(*chosen)
-            residual, temp, flops, reported = measure(call_loss(loss_for, policy), args, argnums)
+            program = trace_policy(loss_for, label, policy, inputs, tags)
+            measured[label] = _row(program, measure([program], inputs)[0], base_flops, per_device)
             compiled += 1
-            measured[label] = PolicyRow(label, policy, residual, temp, flops, reported,
-                                        flops / base_flops if base_flops else float("nan"),
-                                        per_device)
         sets[subset] = measured[label]
         return sets[subset]
 

@@ -221,13 +221,19 @@ def _memory_name(aval: Any) -> str:
     return "host" if space == jax.memory.Space.Host else "device"
 
 
-def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
-    """Lists what ``jax.grad`` of ``f`` keeps from the forward pass for the backward pass.
+def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | None = None,
+                    **kwargs: Any) -> Residuals:
+    """Lists what the gradient of ``f`` keeps from the forward pass for the backward pass.
 
-    The same question as ``jax.ad_checkpoint.print_saved_residuals``, answered as data:
-    each residual has a shape, dtype, size, kind and a source whose location does not
-    change from run to run. Nothing is executed: ``f`` is only traced, so arguments may
-    be ``jax.ShapeDtypeStruct`` values.
+    The residuals of ``jax.vjp`` of ``f``, which ``jax.grad`` and ``jax.vjp`` share: each
+    has a shape, dtype, size, kind and a source whose location does not change from run to
+    run. They depend on what is differentiated. By default every argument is, as
+    ``jax.ad_checkpoint.print_saved_residuals(f, *args, **kwargs)`` lists them;
+    ``argnums`` chooses the arguments as ``jax.grad(f, argnums)`` does, so that
+    ``saved_residuals(f, *args, argnums=0)`` is what ``jax.grad(f)(*args)`` keeps.
+    Arguments that are not differentiated are still traced: when the backward pass reads
+    one, it is listed as an ``"argument"``. Nothing is executed: ``f`` is only traced, so
+    arguments may be ``jax.ShapeDtypeStruct`` values.
 
     What a scan keeps from each iteration (``jax.lax.scan``, and the scans over layers of
     Flax and Equinox) is one array stacked over the iterations; it is listed as what
@@ -239,8 +245,16 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
         f: The function to differentiate (positional only, so ``f`` may itself take a
             keyword argument named ``f``). Its arguments may be pytrees; its output
             must be floating-point arrays.
-        *args: Positional arguments for ``f``: arrays, pytrees of arrays, or
-            ``jax.ShapeDtypeStruct`` values. At least one must be floating-point.
+        *args: Positional arguments for ``f``: arrays, pytrees of arrays, numbers, or
+            ``jax.ShapeDtypeStruct`` values.
+        argnums: ``None`` (the default): every leaf of every argument, positional and
+            keyword, is differentiated, as ``print_saved_residuals`` does (at least one
+            must be floating-point; integers, bools and PRNG keys get no gradient). An
+            int or a sequence of ints: those positional arguments only, as for
+            ``jax.grad``, each leaf of them floating-point; the other arguments, keyword
+            arguments included, are not differentiated. This keyword belongs to
+            ``saved_residuals``: to pass ``f`` a keyword argument named ``argnums``, bind
+            it first (``functools.partial``).
         **kwargs: Keyword arguments for ``f``, traced like the positional ones.
 
     Returns:
@@ -249,11 +263,15 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
     Raises:
         TypeError: If ``f`` is not callable, an argument is not an array, a number or
             a ``jax.ShapeDtypeStruct``, no argument is floating-point (there is nothing
-            to differentiate), an output of ``f`` is not floating-point, or the policy
-            of a ``jax.checkpoint`` in ``f`` has the wrong signature or answers other
-            than True/False (the message names the policy).
+            to differentiate), an argument in ``argnums`` is not floating-point (an
+            integer, a bool, a PRNG key), ``argnums`` is not an int or a sequence of
+            ints, a keyword argument is also passed by position, an output of ``f`` is
+            not floating-point, or the policy of a ``jax.checkpoint`` in ``f`` has the
+            wrong signature or answers other than True/False (the message names the
+            policy).
         ValueError: If an argument has a negative dimension or a size no machine
-            holds, or ``f`` returns no array (such as ``None``: a missing ``return``).
+            holds, ``argnums`` is empty, out of range or names an argument twice, or
+            ``f`` returns no array (such as ``None``: a missing ``return``).
 
     Examples:
         >>> import jax
@@ -279,10 +297,21 @@ def saved_residuals(f: Callable, /, *args: Any, **kwargs: Any) -> Residuals:
         [('argument', 'ws', 'f32[4,3,3]'), ('carry', 'carry', '4 × f32[3]'), ('primitive', 'cos', '4 × f32[3]')]
         >>> res.total_bytes == (4 * 3 * 3 + 4 * 3 + 4 * 3) * 4
         True
+
+        With several arguments, ``argnums`` says which are differentiated. The gradient
+        with respect to ``w`` alone needs ``x`` and the derivative of ``tanh``, not ``w``:
+
+        >>> def layer(w, x):
+        ...     return jnp.sum(jnp.tanh(x @ w))
+        >>> w, x = jnp.ones((4, 4)), jnp.ones((2, 4))
+        >>> [(r.kind, r.name) for r in saved_residuals(layer, w, x)]
+        [('argument', 'w'), ('argument', 'x'), ('primitive', 'one_minus_square')]
+        >>> [(r.kind, r.name) for r in saved_residuals(layer, w, x, argnums=0)]
+        [('argument', 'x'), ('primitive', 'one_minus_square')]
     """
     validation.callable_arg(f, "f")
-    check_arguments(f, args, kwargs)
-    jaxpr, out_shape, vjp_shape = trace_vjp(f, args, kwargs)
+    differentiated = check_arguments(f, args, kwargs, argnums)
+    jaxpr, out_shape, vjp_shape = trace_vjp(f, args, kwargs, differentiated)
     validation.check_outputs(out_shape, "f")
     num_residuals = jax.tree_util.tree_structure(vjp_shape).num_leaves
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - num_residuals:]

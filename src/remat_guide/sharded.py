@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -11,7 +11,7 @@ import jax.extend.core
 import numpy as np
 
 from remat_guide import _validation as validation
-from remat_guide._tracing import trace_vjp
+from remat_guide._tracing import check_arguments, flat_vjp, trace_vjp
 from remat_guide.residuals import Residual, saved_residuals
 
 __all__ = ["ShardedResidual", "is_sharded", "residual_shardings"]
@@ -88,24 +88,30 @@ def _saved_order(jaxpr: Any, residual_vars: list[Any]) -> list[Any]:
     return order
 
 
-def residual_shardings(f: Callable, *args: Any) -> list[ShardedResidual]:
-    """Each residual of ``jax.grad(f)`` with its sharding and its per-device shape.
+def residual_shardings(f: Callable, *args: Any, argnums: int | Sequence[int] | None = None) -> list[ShardedResidual]:
+    """Each residual of the gradient of ``f`` with its sharding and its per-device shape.
 
-    The residuals are the leaves of the function that ``jax.vjp(f, *args)`` returns, so
-    ``jax.jit(lambda *a: jax.vjp(f, *a)[1])`` is compiled (never run) for ``args`` and
-    XLA's sharding of each output is read. Inside one ``jax.jit(jax.grad(f))`` program
-    the same propagation decides the residuals' sharding; this shows it as data.
+    The residuals are the leaves of the function that ``jax.vjp`` returns, so a program
+    that returns them, ``jax.jit(lambda *a: jax.vjp(f, *a)[1])`` (with respect to the
+    arguments in ``argnums``), is compiled (never run) for ``args``, and XLA's sharding of
+    each output is read. Inside one ``jax.jit(jax.grad(f))`` program the same propagation
+    decides the residuals' sharding; this shows it as data.
 
     Args:
         f: The function to differentiate.
         *args: Its arguments: arrays placed with a ``jax.sharding.NamedSharding``, or
             ``jax.ShapeDtypeStruct`` values with a ``sharding``, or unsharded values.
+        argnums: The arguments differentiated, as for :func:`remat_guide.saved_residuals`:
+            ``None`` (the default) for all of them, or an int or a sequence of ints as
+            for ``jax.grad`` (``argnums=0`` gives the residuals of ``jax.grad(f)``).
 
     Returns:
         One entry per residual, in the order of :func:`remat_guide.saved_residuals`.
 
     Raises:
-        TypeError: If ``f`` is not callable.
+        TypeError: If ``f`` is not callable, or an argument or ``argnums`` is wrong as for
+            :func:`remat_guide.saved_residuals`.
+        ValueError: As for :func:`remat_guide.saved_residuals`.
 
     Examples:
         >>> import jax
@@ -115,11 +121,13 @@ def residual_shardings(f: Callable, *args: Any) -> list[ShardedResidual]:
         [('P()', (4,))]
     """
     validation.callable_arg(f, "f")
-    listed = saved_residuals(f, *args)
-    jaxpr, _, vjp_shape = trace_vjp(f, args, {})
+    listed = saved_residuals(f, *args, argnums=argnums)
+    differentiated = check_arguments(f, args, {}, argnums)
+    jaxpr, _, vjp_shape = trace_vjp(f, args, {}, differentiated)
     leaves = jax.tree.leaves(vjp_shape)
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - len(leaves):]
-    compiled = jax.jit(lambda *a: jax.vjp(f, *a)[1]).lower(*args).compile()
+    vjp_of_chosen, arg_leaves = flat_vjp(f, args, {}, differentiated)
+    compiled = jax.jit(lambda *a: vjp_of_chosen(*a)[1]).lower(*arg_leaves).compile()
     out_shardings = jax.tree.leaves(compiled.output_shardings)
     by_var = {}
     for index, (var, leaf, sharding) in enumerate(zip(residual_vars, leaves, out_shardings)):

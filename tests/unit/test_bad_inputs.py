@@ -63,6 +63,26 @@ def no_return(x):
     jnp.sum(x)
 
 
+def layer(w, x):
+    return jnp.sum(jnp.tanh(x @ w))
+
+
+def counted(x, n):
+    return jnp.sum(jnp.sin(x)) * n
+
+
+def keyed(x, key):
+    return jnp.sum(jnp.sin(x) * jax.random.normal(key, x.shape))
+
+
+def layer_loss_for(policy):
+    return layer if policy is None else jax.checkpoint(layer, policy=policy)
+
+
+def aux_loss_for(output):
+    return lambda policy: lambda x: output(x)
+
+
 def tagged_loss_for(policy):
     def loss(x):
         return jnp.sum(jnp.sin(checkpoint_name(jnp.sin(x), "hidden")))
@@ -116,6 +136,20 @@ CASES = {
             jax.checkpoint(total, policy=not_a_policy), X), TypeError, "not_a_policy"),
         ("checkpoint policy answering an int", lambda: saved_residuals(
             jax.checkpoint(total, policy=answers_an_int), X), TypeError, "answers_an_int"),
+        ("argnums out of range", lambda: saved_residuals(layer, W, X, argnums=2), ValueError, "argnums"),
+        ("argnums negative out of range", lambda: saved_residuals(layer, W, X, argnums=-3), ValueError,
+         "argnums"),
+        ("argnums repeated", lambda: saved_residuals(layer, W, X, argnums=(1, -1)), ValueError, "argnums"),
+        ("argnums empty", lambda: saved_residuals(layer, W, X, argnums=[]), ValueError, "argnums"),
+        ("argnums a str", lambda: saved_residuals(layer, W, X, argnums="0"), TypeError, "argnums"),
+        ("argnums a float", lambda: saved_residuals(layer, W, X, argnums=0.0), TypeError, "argnums"),
+        ("argnums a bool", lambda: saved_residuals(layer, W, X, argnums=False), TypeError, "argnums"),
+        ("argnums holding a float", lambda: saved_residuals(layer, W, X, argnums=(0, 1.0)), TypeError,
+         "argnums"),
+        ("an int in argnums", lambda: saved_residuals(counted, X, 3, argnums=(0, 1)), TypeError, "n"),
+        ("a PRNG key in argnums", lambda: saved_residuals(keyed, X, jax.random.key(0), argnums=1),
+         TypeError, "key"),
+        ("a keyword also given by position", lambda: saved_residuals(layer, W, X, x=X), TypeError, "x"),
     ],
     "fwd_bwd": [
         ("f not callable", lambda: fwd_bwd(None, X), TypeError, "f"),
@@ -127,6 +161,12 @@ CASES = {
         ("non-array keyword", lambda: fwd_bwd(lambda x, k: x * k, X, k=[1.0, "a"]), TypeError, "k"),
         ("checkpoint policy answering an int", lambda: fwd_bwd(
             jax.checkpoint(jnp.sin, policy=answers_an_int), X), TypeError, "answers_an_int"),
+        ("argnums out of range", lambda: fwd_bwd(layer, W, X, argnums=(0, 5)), ValueError, "argnums"),
+        ("argnums repeated", lambda: fwd_bwd(layer, W, X, argnums=(0, 0)), ValueError, "argnums"),
+        ("argnums a dict", lambda: fwd_bwd(layer, W, X, argnums={0: 1}), TypeError, "argnums"),
+        ("an int in argnums", lambda: fwd_bwd(counted, X, 3, argnums=1), TypeError, "n"),
+        ("a PRNG key in argnums", lambda: fwd_bwd(keyed, X, jax.random.key(0), argnums=(0, 1)), TypeError, "key"),
+        ("a keyword also given by position", lambda: fwd_bwd(layer, W, X, w=W), TypeError, "w"),
     ],
     "compare_policies": [
         ("loss_for not callable", lambda: compare_policies("mlp", X), TypeError, "loss_for"),
@@ -178,6 +218,29 @@ CASES = {
         ("misspelt name in save_only_these_names", lambda: compare_policies(
             tagged_loss_for, X, policies={"s": P.save_only_these_names("hiden")}),
          ValueError, "policies['s']"),
+        ("a PRNG key in argnums", lambda: compare_policies(
+            lambda p: keyed, X, jax.random.key(0), argnums=(0, 1)), TypeError, "args[1]"),
+        ("a complex argument in argnums", lambda: compare_policies(
+            lambda p: lambda z: jnp.sum(jnp.abs(z)), jnp.ones(3, jnp.complex64)), TypeError, "args[0]"),
+        ("has_aux a str", lambda: compare_policies(tagged_loss_for, X, has_aux="yes"), TypeError, "has_aux"),
+        ("has_aux with a scalar output", lambda: compare_policies(tagged_loss_for, X, has_aux=True),
+         TypeError, "has_aux"),
+        ("has_aux with a list output", lambda: compare_policies(
+            aux_loss_for(lambda x: [jnp.sum(x), x]), X, has_aux=True), TypeError, "has_aux"),
+        ("has_aux with a triple", lambda: compare_policies(
+            aux_loss_for(lambda x: (jnp.sum(x), x, x)), X, has_aux=True), TypeError, "has_aux"),
+        ("has_aux with a non-scalar loss", lambda: compare_policies(
+            aux_loss_for(lambda x: (x, x)), X, has_aux=True), ValueError, "loss_for"),
+        ("kwargs a list", lambda: compare_policies(tagged_loss_for, X, kwargs=[("scale", 2.0)]), TypeError,
+         "kwargs"),
+        ("kwargs with an int key", lambda: compare_policies(tagged_loss_for, X, kwargs={0: 2.0}), TypeError,
+         "kwargs"),
+        ("kwargs holding a str", lambda: compare_policies(tagged_loss_for, X, kwargs={"scale": "2"}), TypeError,
+         "kwargs['scale']"),
+        ("kwargs naming a positional argument", lambda: compare_policies(layer_loss_for, W, X, kwargs={"x": X}),
+         TypeError, "kwargs['x']"),
+        ("an unknown keyword of ours", lambda: compare_policies(tagged_loss_for, X, scale=2.0), TypeError,
+         "scale"),
     ],
     "recommend_policy": [
         ("budget a float", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=1e6), TypeError,
@@ -194,6 +257,19 @@ CASES = {
          TypeError, "argnums"),
         ("policies an int", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, policies=3),
          TypeError, "policies"),
+        ("has_aux None", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, has_aux=None),
+         TypeError, "has_aux"),
+        ("kwargs a str", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, kwargs="scale=2"),
+         TypeError, "kwargs"),
+        ("rows an int", lambda: recommend_policy(rows=3, budget_bytes=10), TypeError, "rows"),
+        ("rows holding a dict", lambda: recommend_policy(rows=[row(), {"name": "x"}], budget_bytes=10),
+         TypeError, "rows"),
+        ("rows empty", lambda: recommend_policy(rows=[], budget_bytes=10), ValueError, "rows"),
+        ("rows and loss_for", lambda: recommend_policy(tagged_loss_for, X, rows=[row()], budget_bytes=10),
+         ValueError, "rows"),
+        ("rows and argnums", lambda: recommend_policy(rows=[row()], budget_bytes=10, argnums=1), ValueError,
+         "argnums"),
+        ("neither loss_for nor rows", lambda: recommend_policy(budget_bytes=10), TypeError, "loss_for"),
     ],
     "plan_names": [
         ("budget a float", lambda: plan_names(tagged_loss_for, X, budget_bytes=1e6), TypeError,
@@ -215,6 +291,14 @@ CASES = {
          "names"),
         ("measured a list", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, measured=[]),
          TypeError, "measured"),
+        ("argnums out of range", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, argnums=1),
+         ValueError, "argnums"),
+        ("has_aux an int", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, has_aux=1), TypeError,
+         "has_aux"),
+        ("has_aux with a scalar output", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, has_aux=True),
+         TypeError, "has_aux"),
+        ("kwargs a tuple", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, kwargs=()), TypeError,
+         "kwargs"),
     ],
     "Comparison": [
         ("rows an int", lambda: Comparison(3), TypeError, "rows"),

@@ -52,9 +52,10 @@ def test_default_rows_are_baseline_standard_and_name_policies():
 def test_transformer_tags_become_name_policies():
     rows = compare_policies(transformer_loss, *transformer_args(**CONFIG), policies=[])
     assert len(rows) == 1  # explicit policies: only the baseline is added
-    from remat_guide._measure import check_baseline, default_policies
+    from remat_guide._measure import check_inputs, default_policies, trace_baseline
 
-    tags = check_baseline(transformer_loss, transformer_args(**CONFIG), 0)  # what compare_policies reads
+    inputs = check_inputs(transformer_args(**CONFIG), 0)
+    _, tags = trace_baseline(transformer_loss, inputs)  # what compare_policies reads
     labels = list(default_policies(tags))
     assert labels[4:] == [f"save_only_these_names({t!r})" for t in TRANSFORMER_NAMES] + [
         "save_only_these_names(" + ", ".join(repr(t) for t in TRANSFORMER_NAMES) + ")"]

@@ -31,7 +31,7 @@ eight = {r.name: r for r in compare_policies(mlp_scan_loss, params, sharded_x, p
 budget = eight["dots_saveable"].temp_bytes
 best = recommend_policy(mlp_scan_loss, params, sharded_x, budget_bytes=budget, policies=names)
 policy = jax.checkpoint_policies.dots_saveable
-pieces = residual_shardings(mlp_scan_loss(policy), params, sharded_x)
+pieces = residual_shardings(mlp_scan_loss(policy), params, sharded_x, argnums=0)  # as compare_policies
 print(json.dumps({
     "devices": jax.device_count(),
     "sharded": [is_sharded(params, x), is_sharded(params, sharded_x)],
