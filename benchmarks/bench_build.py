@@ -75,7 +75,8 @@ def _as_script(page: pathlib.Path) -> str:
             code = "try:\n" + "\n".join("    " + line for line in code.splitlines()) + (
                 "\nexcept Exception:\n    pass")
         chunks.append(code)
-    return "\n\n".join(chunks) + "\n"
+    # The kernel provides display(); a plain interpreter needs it imported.
+    return "from IPython.display import display\n\n" + "\n\n".join(chunks) + "\n"
 
 
 def _floor(tree: pathlib.Path) -> dict[str, float]:
