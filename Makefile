@@ -32,6 +32,10 @@ SPHINXOPTS ?= -n -W --keep-going
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# JAX runs on the CPU: with XLA's TPU and GPU compilers installed (requirements.txt) for
+# compiling ahead of time, JAX would otherwise try to start those devices, print warnings on
+# every page, and leave the CUDA plugin unregistered on a machine without an NVIDIA driver.
+export JAX_PLATFORMS ?= cpu
 
 .PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench clean distclean
 

@@ -21,6 +21,7 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
+from remat_guide.targets import Target, place, target
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "standard_policy",
@@ -108,6 +109,7 @@ class Inputs:
     kwargs: dict[str, Any]
     argnums: int | tuple[int, ...]
     has_aux: bool
+    target: Target | None = None
 
     @property
     def per_device(self) -> bool:
@@ -115,8 +117,10 @@ class Inputs:
         return is_sharded(*self.args, self.kwargs)
 
 
-def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = False) -> Inputs:
-    """The loss's arguments, ``argnums``, ``kwargs`` and ``has_aux``, checked and normalised."""
+def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = False,
+                 target_name: Any = None) -> Inputs:
+    """The loss's arguments, ``argnums``, ``kwargs``, ``has_aux`` and ``target``, checked and normalised."""
+    chosen_target = None if target_name is None else target(target_name)
     if kwargs is None:
         kwargs = {}
     elif not isinstance(kwargs, Mapping):
@@ -143,7 +147,7 @@ def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = F
         if jnp.issubdtype(dtype, jnp.complexfloating):
             raise TypeError(f"argument {name} must have a real floating-point dtype ({why}; complex "
                             f"inputs need jax.grad(..., holomorphic=True)), got {dtype}")
-    return Inputs(tuple(args), kwargs, argnums, has_aux)
+    return Inputs(tuple(args), kwargs, argnums, has_aux, chosen_target)
 
 
 def _abstract(value: Any) -> Any:
@@ -190,16 +194,21 @@ class Program:
     policy: Any
     loss: Callable
     traced: Any
+    on_target: Any = None
+    """The same gradient traced with the arguments placed on ``inputs.target``'s devices."""
 
 
-def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any]:
-    """``loss_for(policy)`` and its gradient, traced once and checked (no compilation)."""
+def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any, Any]:
+    """``loss_for(policy)`` and its gradient, traced and checked (no compilation), and traced for the target."""
     loss = call_loss(loss_for, policy)
     check_keywords(loss, inputs.args, inputs.kwargs, "kwargs")
     gradient = jax.grad(_checked_loss(loss, inputs.has_aux, name), argnums=inputs.argnums, has_aux=inputs.has_aux)
     traced = jax.jit(gradient).trace(*inputs.args, **inputs.kwargs)
     validation.check_program(traced.jaxpr.jaxpr, f"the gradient of {name}")
-    return loss, traced
+    on_target = None
+    if inputs.target is not None:
+        on_target = jax.jit(gradient).trace(*place(inputs.args, inputs.target), **place(inputs.kwargs, inputs.target))
+    return loss, traced, on_target
 
 
 def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[str]]:
@@ -209,7 +218,7 @@ def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[st
     the loss still uses ``jax.checkpoint``, so that no row calls a checkpointed program
     "no checkpoint".
     """
-    loss, traced = _trace(loss_for, None, "loss_for(None)", inputs)
+    loss, traced, on_target = _trace(loss_for, None, "loss_for(None)", inputs)
     label = BASELINE
     if validation.contains_checkpoint(traced.jaxpr.jaxpr):
         label = CHECKPOINTED_BASELINE
@@ -218,7 +227,7 @@ def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[st
             f"{CHECKPOINTED_BASELINE!r}, not {BASELINE!r}: it and every FLOPs ratio describe that "
             "checkpointed program; loss_for(None) should return the loss without any jax.checkpoint",
             UserWarning, stacklevel=3)
-    return Program(label, None, loss, traced), validation.tagged_names(traced.jaxpr.jaxpr)
+    return Program(label, None, loss, traced, on_target), validation.tagged_names(traced.jaxpr.jaxpr)
 
 
 def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, tags: Sequence[str]) -> Program:
@@ -227,24 +236,29 @@ def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, ta
     validation.policy(policy, name)
     validation.check_policy_names(policy, name, tags)
     probe = validation.PolicyProbe(policy, name)
-    loss, traced = _trace(loss_for, probe, f"loss_for({name})", inputs)
+    loss, traced, on_target = _trace(loss_for, probe, f"loss_for({name})", inputs)
     if not probe.called:
         raise ValueError(
             f"loss_for ignores its policy: JAX never consults {name} when it "
             "differentiates loss_for(policy), so the row would be the same for every "
             "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
         )
-    return Program(label, policy, loss, traced)
+    return Program(label, policy, loss, traced, on_target)
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """What compiling one program gives: residual and temporary bytes, true and reported FLOPs."""
+    """What compiling one program gives: residual and memory bytes, true and reported FLOPs.
+
+    With a target, the memory figures are the target's and the FLOPs the local program's.
+    """
 
     residual_bytes: int
     temp_bytes: int
     flops: int
     reported_flops: int
+    peak_bytes: int
+    host_bytes: int
 
 
 def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
@@ -261,13 +275,26 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
     return saved_residuals(positional, *args, argnums=inputs.argnums).total_bytes
 
 
-def _measurement(compiled: Any, residual_bytes: int) -> Measurement:
-    flops = count_flops(compiled)
-    return Measurement(residual_bytes, compiled.memory_analysis().temp_size_in_bytes, flops.total, flops.reported)
+def _compile(program: Program) -> tuple[Any, Any]:
+    """The program compiled for this machine, and for the target when there is one."""
+    local = program.traced.lower().compile()
+    return local, None if program.on_target is None else program.on_target.lower().compile()
+
+
+def _measurement(compiled: tuple[Any, Any], residual_bytes: int) -> Measurement:
+    local, on_target = compiled
+    flops = count_flops(local)
+    memory = (on_target or local).memory_analysis()
+    return Measurement(residual_bytes, memory.temp_size_in_bytes, flops.total, flops.reported,
+                       memory.peak_memory_in_bytes, memory.host_temp_size_in_bytes)
 
 
 def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
     """Compiles traced programs, in order and never run, and lists their losses' residuals.
+
+    With a target, each program is compiled twice: for the target (its memory) and for
+    this machine (its FLOPs, which XLA's target programs do not give: the TPU compiler's
+    loops carry no trip count, the GPU compiler reports no cost analysis).
 
     XLA compiles in one background thread, one program at a time, while this thread does
     the Python work around it: lowering the next program, listing residuals, counting the
@@ -279,7 +306,7 @@ def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
         waiting: collections.deque = collections.deque()
         measured = []
         for program in programs:
-            waiting.append((pool.submit(program.traced.lower().compile), _residual_bytes(program.loss, inputs)))
+            waiting.append((pool.submit(_compile, program), _residual_bytes(program.loss, inputs)))
             while waiting and waiting[0][0].done():
                 compiling, residual_bytes = waiting.popleft()
                 measured.append(_measurement(compiling.result(), residual_bytes))

@@ -14,6 +14,7 @@ from remat_guide._measure import (
     CHECKPOINTED_BASELINE,
     STANDARD_POLICIES,
     Inputs,
+    Measurement,
     Program,
     as_policies,
     check_inputs,
@@ -23,6 +24,7 @@ from remat_guide._measure import (
     trace_policy,
 )
 from remat_guide.tables import Table
+from remat_guide.targets import target
 
 __all__ = [
     "BASELINE",
@@ -33,6 +35,8 @@ __all__ = [
     "compare_policies",
     "policy_table",
     "recommend_policy",
+    "memory_figure",
+    "row_of",
 ]
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +64,16 @@ class PolicyRow:
             each device), not of the whole computation.
         compiled: How many policies :func:`plan_names` compiled to find this row (one
             ``jax.jit(jax.grad)`` program each); 0 in the rows of :func:`compare_policies`.
+        peak_bytes: XLA's ``memory_analysis().peak_memory_in_bytes`` of the program:
+            the most device memory live at once, arguments and outputs included, on a TPU
+            or GPU target. On the CPU it counts only the arguments and outputs, the same
+            for every policy, so there ``temp_bytes`` is the figure that moves.
+        host_bytes: Host memory the program uses for values it offloads
+            (``memory_analysis().host_temp_size_in_bytes``); 0 when nothing is offloaded.
+        target: The accelerator whose compiler produced ``temp_bytes``, ``peak_bytes``
+            and ``host_bytes`` (a name from :data:`remat_guide.targets.TARGETS`), compiled
+            ahead of time on this machine, no device run; ``None`` for this machine's own
+            backend. The FLOPs are always those of the program compiled for this machine.
 
     Raises:
         TypeError: If a field has the wrong type (``policy`` must be callable or None).
@@ -75,13 +89,26 @@ class PolicyRow:
     flops_ratio: float
     per_device: bool = False
     compiled: int = 0
+    peak_bytes: int = 0
+    host_bytes: int = 0
+    target: str | None = None
+
+    @property
+    def device_bytes(self) -> int:
+        """The figure that decides whether the program fits on its device.
+
+        ``peak_bytes`` for a TPU or GPU target (the whole program's peak, arguments and
+        outputs included); ``temp_bytes`` for this machine's CPU, where XLA's peak counts
+        only the arguments and outputs and so does not depend on the policy.
+        """
+        return self.temp_bytes if self.target is None else self.peak_bytes
 
     def __post_init__(self) -> None:
         validation.string(self.name, "PolicyRow.name")
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"PolicyRow.policy must be a policy (callable) or None, got "
                             f"{type(self.policy).__name__}")
-        for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops"):
+        for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops", "peak_bytes", "host_bytes"):
             value = validation.integer(getattr(self, field), f"PolicyRow.{field}", minimum=0)
             object.__setattr__(self, field, value)
         ratio = self.flops_ratio
@@ -91,6 +118,8 @@ class PolicyRow:
             raise TypeError(f"PolicyRow.per_device must be a bool, got {type(self.per_device).__name__}")
         object.__setattr__(self, "compiled",
                            validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
+        if self.target is not None:
+            object.__setattr__(self, "target", target(self.target).name)
 
 
 def _policy_rows(rows: Any) -> list[PolicyRow]:
@@ -124,7 +153,8 @@ class Comparison(list[PolicyRow]):
 
         Returns:
             A DataFrame with the columns ``policy``, ``residual_bytes``, ``temp_bytes``,
-            ``flops``, ``reported_flops`` and ``flops_ratio``.
+            ``flops``, ``reported_flops`` and ``flops_ratio``; when rows were compiled for
+            a target, also ``target``, ``peak_bytes`` and ``host_bytes``.
 
         Examples:
             >>> from remat_guide import PolicyRow
@@ -134,11 +164,16 @@ class Comparison(list[PolicyRow]):
             [{'policy': 'no checkpoint', 'residual_bytes': 8, 'temp_bytes': 16, 'flops': 1000000000,
               'reported_flops': 1000000000, 'flops_ratio': 1.0}]
         """
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             [(row.name, row.residual_bytes, row.temp_bytes, row.flops, row.reported_flops,
               row.flops_ratio) for row in self],
             columns=["policy", "residual_bytes", "temp_bytes", "flops", "reported_flops",
                      "flops_ratio"])
+        if any(row.target is not None for row in self):
+            frame.insert(2, "target", [row.target for row in self])
+            frame.insert(3, "peak_bytes", [row.peak_bytes for row in self])
+            frame.insert(5, "host_bytes", [row.host_bytes for row in self])
+        return frame
 
     def table(self) -> Table:
         """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units.
@@ -151,9 +186,15 @@ class Comparison(list[PolicyRow]):
         ratio = f"FLOPs vs {baseline}"
         frame = self.to_pandas().rename(columns={
             "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
-            "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio})
-        return Table(frame, units={"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops",
-                                   "XLA-reported FLOPs": "flops", ratio: "ratio"})
+            "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio, "peak_bytes": "device peak",
+            "host_bytes": "host (offloaded)"})
+        units = {"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops", "XLA-reported FLOPs": "flops",
+                 ratio: "ratio"}
+        if "target" in frame.columns:
+            units.update({"device peak": "bytes", "host (offloaded)": "bytes"})
+            if frame["target"].nunique() == 1:
+                frame = frame.drop(columns="target")
+        return Table(frame, units=units)
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
@@ -165,16 +206,18 @@ class Comparison(list[PolicyRow]):
         return str(self.table())
 
 
+def row_of(program: Program, m: Measurement, base_flops: int, inputs: Inputs) -> PolicyRow:
+    """One program's row, from its measurement and the baseline's FLOPs."""
+    return PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
+                     m.flops / base_flops if base_flops else float("nan"), inputs.per_device,
+                     peak_bytes=m.peak_bytes, host_bytes=m.host_bytes,
+                     target=None if inputs.target is None else inputs.target.name)
+
+
 def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
     """Compiles each traced program, the baseline first, into a row."""
     measured = measure(programs, inputs)
-    base_flops = measured[0].flops
-    per_device = inputs.per_device
-    return Comparison(
-        PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
-                  m.flops / base_flops if base_flops else float("nan"), per_device)
-        for program, m in zip(programs, measured)
-    )
+    return Comparison(row_of(program, m, measured[0].flops, inputs) for program, m in zip(programs, measured))
 
 
 def compare_policies(
@@ -185,6 +228,7 @@ def compare_policies(
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
+    target: str | None = None,
 ) -> Comparison:
     """Measures what each checkpoint policy costs on a model, by compiling its gradient.
 
@@ -230,6 +274,17 @@ def compare_policies(
             they are arrays, numbers or ``jax.ShapeDtypeStruct`` values (bind other
             options inside ``loss_for``). A mapping rather than ``**kwargs``, so that a
             keyword of the loss never collides with one of this function.
+        target: ``None`` to compile for this machine's backend, or an accelerator to
+            compile for ahead of time, without the device: a name from
+            :data:`remat_guide.targets.TARGETS` such as ``"tpu-v5e"`` or ``"h100"``.
+            Unsharded arguments are placed on one device of it; sharded ones keep their
+            specs on a mesh of the same shape over its devices (see
+            :func:`remat_guide.targets.place`). The rows' memory figures (``temp_bytes``,
+            ``peak_bytes``, ``host_bytes``) are then that compiler's buffer assignment,
+            not a run; their FLOPs are those of the same gradient compiled for this
+            machine. XLA's TPU compiler comes with ``pip install 'remat-guide[tpu]'``,
+            its GPU compiler with ``pip install 'remat-guide[gpu]'`` (and
+            ``JAX_PLATFORMS=cpu`` on a machine without an NVIDIA driver).
 
     Returns:
         One row per policy, the baseline first, then the policies in the order given, as a
@@ -249,8 +304,11 @@ def compare_policies(
             ``argnums`` is empty, out of range or repeats an argument; the loss's output
             is not a scalar; an argument or the compiled program would be larger than
             any machine holds (before XLA sees it); ``loss_for(policy)`` never consults
-            its policy (the row would not depend on it); or a name-based policy names
-            only tags the loss never uses (the names it uses are listed).
+            its policy (the row would not depend on it); a name-based policy names
+            only tags the loss never uses (the names it uses are listed); or ``target``
+            is not a known name (the known ones are listed).
+        ImportError: If ``target`` needs a compiler that is not installed; the message
+            names the ``pip install`` to run.
 
     Warns:
         UserWarning: If ``loss_for(None)``, the baseline, still uses ``jax.checkpoint``
@@ -288,9 +346,18 @@ def compare_policies(
         ...                         kwargs={"scale": 0.5}, policies=["nothing_saveable"])
         >>> [row.name for row in rows]
         ['no checkpoint', 'nothing_saveable']
+
+        The same model compiled for a TPU v5e, ahead of time, where the peak decides:
+
+        >>> rows = compare_policies(mlp_scan_loss, *mlp_args(8, 64, 32), target="tpu-v5e",
+        ...                         policies=["nothing_saveable"])
+        >>> [(row.target, row.device_bytes == row.peak_bytes) for row in rows]
+        [('tpu-v5e', True), ('tpu-v5e', True)]
+        >>> rows[1].peak_bytes < rows[0].peak_bytes
+        True
     """
     validation.callable_arg(loss_for, "loss_for")
-    inputs = check_inputs(args, argnums, kwargs, has_aux)
+    inputs = check_inputs(args, argnums, kwargs, has_aux, target)
     base, tags = trace_baseline(loss_for, inputs)
     chosen = default_policies(tags) if policies is None else as_policies(policies)
     programs = [base] + [trace_policy(loss_for, label, policy, inputs, tags) for label, policy in chosen.items()]
@@ -307,31 +374,36 @@ def recommend_policy(
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
+    target: str | None = None,
 ) -> PolicyRow:
-    """The cheapest policy whose compiled temporary memory fits a budget.
+    """The cheapest policy whose compiled memory fits a budget, on this machine or an accelerator.
 
     The candidates are the rows of :func:`compare_policies` (compiled, not estimated):
     either ``loss_for`` and its arguments are given and every candidate is measured
     here, or the rows of an earlier :func:`compare_policies` (or :func:`plan_names`)
     are given as ``rows``, and nothing is compiled again. Among the rows whose
-    ``temp_bytes`` is at most ``budget_bytes``, the one with the fewest FLOPs wins; on a
-    tie, the one using less memory. The row's ``policy`` is the object to pass to
-    ``jax.checkpoint``; ``None`` means the loss that ``loss_for(None)`` returns, which
-    uses no checkpoint when the row is named ``"no checkpoint"`` (see
-    :func:`compare_policies` for a baseline that still checkpoints). With sharded
-    arguments the rows are per device, so ``budget_bytes`` is the temporary memory of
-    one device.
+    ``device_bytes`` is at most ``budget_bytes``, the one with the fewest FLOPs wins; on
+    a tie, the one using less memory. ``device_bytes`` is the figure that decides the
+    fit on the rows' backend: the temporary memory on this machine's CPU, the whole
+    program's peak (arguments and outputs included) on a TPU or GPU ``target``. The
+    row's ``policy`` is the object to pass to ``jax.checkpoint``; ``None`` means the
+    loss that ``loss_for(None)`` returns, which uses no checkpoint when the row is named
+    ``"no checkpoint"`` (see :func:`compare_policies` for a baseline that still
+    checkpoints). With sharded arguments the rows are per device, so ``budget_bytes`` is
+    the memory of one device.
 
     Args:
         loss_for: As for :func:`compare_policies`; leave it out when ``rows`` is given.
         *args: As for :func:`compare_policies`.
-        budget_bytes: The most temporary memory the compiled gradient may use, in bytes.
+        budget_bytes: The most device memory the compiled gradient may use, in bytes
+            (as ``PolicyRow.device_bytes`` counts it).
         rows: Rows measured already (a :class:`Comparison` or any iterable of
             :class:`PolicyRow`), instead of ``loss_for`` and its arguments.
         policies: As for :func:`compare_policies`.
         argnums: As for :func:`compare_policies`.
         has_aux: As for :func:`compare_policies`.
         kwargs: As for :func:`compare_policies`.
+        target: As for :func:`compare_policies`: the accelerator to compile for.
 
     Returns:
         The chosen row.
@@ -342,8 +414,8 @@ def recommend_policy(
             argument is wrong as for :func:`compare_policies`).
         ValueError: If ``budget_bytes`` is not positive; ``rows`` is empty, or given
             together with ``loss_for``, arguments, ``policies``, ``argnums``,
-            ``has_aux`` or ``kwargs``; or no policy fits: the message names the smallest
-            memory any policy reaches (or an argument is wrong as for
+            ``has_aux``, ``kwargs`` or ``target``; or no policy fits: the message names the
+            smallest memory any policy reaches (or an argument is wrong as for
             :func:`compare_policies`).
 
     Warns:
@@ -376,11 +448,11 @@ def recommend_policy(
             raise TypeError("recommend_policy needs loss_for (a callable) with its arguments, or rows measured "
                             "already; got neither")
         candidates = compare_policies(loss_for, *args, policies=policies, argnums=argnums, has_aux=has_aux,
-                                      kwargs=kwargs)
+                                      kwargs=kwargs, target=target)
     else:
         given = [name for name, unset in (("loss_for", loss_for is None), ("args", not args),
                                           ("policies", policies is None), ("has_aux", has_aux is False),
-                                          ("kwargs", kwargs is None))
+                                          ("kwargs", kwargs is None), ("target", target is None))
                  if not unset]
         if not (isinstance(argnums, int) and not isinstance(argnums, bool) and argnums == 0):
             given.append("argnums")
@@ -390,14 +462,19 @@ def recommend_policy(
         candidates = _policy_rows(rows)
         if not candidates:
             raise ValueError("rows must hold at least one PolicyRow")
-    fitting = [row for row in candidates if row.temp_bytes <= budget_bytes]
+    fitting = [row for row in candidates if row.device_bytes <= budget_bytes]
     if not fitting:
-        smallest = min(candidates, key=lambda row: row.temp_bytes)
+        smallest = min(candidates, key=lambda row: row.device_bytes)
         raise ValueError(
-            f"no policy fits budget_bytes={budget_bytes}: the smallest temporary memory is "
-            f"{smallest.temp_bytes} bytes, with {smallest.name}"
+            f"no policy fits budget_bytes={budget_bytes}: the smallest {memory_figure(smallest)} is "
+            f"{smallest.device_bytes} bytes, with {smallest.name}"
         )
-    return min(fitting, key=lambda row: (row.flops, row.temp_bytes))
+    return min(fitting, key=lambda row: (row.flops, row.device_bytes))
+
+
+def memory_figure(row: PolicyRow) -> str:
+    """What ``row.device_bytes`` counts, in words, for messages."""
+    return "temporary memory" if row.target is None else f"device peak on {row.target}"
 
 
 def policy_table(rows: Iterable[PolicyRow]) -> Table:

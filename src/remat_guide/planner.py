@@ -14,7 +14,6 @@ from remat_guide._labels import names_label
 from remat_guide._measure import (
     STANDARD_POLICIES,
     Inputs,
-    Measurement,
     Program,
     check_inputs,
     measure,
@@ -22,7 +21,7 @@ from remat_guide._measure import (
     trace_baseline,
     trace_policy,
 )
-from remat_guide.compare import PolicyRow
+from remat_guide.compare import PolicyRow, memory_figure, row_of
 
 __all__ = ["plan_names"]
 
@@ -34,16 +33,11 @@ _BASELINE = ("baseline",)
 
 
 def _fingerprint(loss_for: Callable, inputs: Inputs) -> tuple:
-    """What a measured dict's rows depend on: the model, the arguments' types, argnums, has_aux."""
+    """What a measured dict's rows depend on: the model, the arguments' types, argnums, has_aux, target."""
     leaves, tree = jax.tree.flatten((inputs.args, inputs.kwargs))
     types = tuple((tuple(getattr(leaf, "shape", ())), str(getattr(leaf, "dtype", type(leaf))),
                    str(getattr(leaf, "sharding", None))) for leaf in leaves)
-    return loss_for, tree, types, inputs.argnums, inputs.has_aux
-
-
-def _row(program: Program, m: Measurement, base_flops: int, per_device: bool) -> PolicyRow:
-    return PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
-                     m.flops / base_flops if base_flops else float("nan"), per_device)
+    return loss_for, tree, types, inputs.argnums, inputs.has_aux, inputs.target
 
 
 def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
@@ -81,13 +75,14 @@ def plan_names(
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
     measured: dict | None = None,
+    target: str | None = None,
 ) -> PolicyRow:
     """The set of named values to save with the fewest FLOPs whose compiled memory fits a budget.
 
     Same conventions as :func:`recommend_policy`: ``loss_for(policy)`` returns the loss,
     every candidate is measured by compiling ``jax.jit(jax.grad(loss, argnums,
     has_aux=has_aux))`` (never run), its residuals counted for the same ``argnums``, and
-    the winner is the fitting candidate (``temp_bytes <= budget_bytes``) with the fewest
+    the winner is the fitting candidate (``device_bytes <= budget_bytes``) with the fewest
     true FLOPs, then the least memory. The candidates are the subsets of ``names``, each
     as ``jax.checkpoint_policies.save_only_these_names(*subset)``, and, so that the answer
     is never worse than a preset, the baseline and the standard policies of
@@ -123,7 +118,9 @@ def plan_names(
             ``*args`` checkpointed with that policy (``loss_for(None)``: no checkpoint).
         *args: The loss's arguments, as for :func:`compare_policies` (sharded ones
             included: then the budget and every figure are per device).
-        budget_bytes: The most temporary memory the compiled gradient may use, in bytes.
+        budget_bytes: The most device memory the compiled gradient may use, in bytes, as
+            ``PolicyRow.device_bytes`` counts it (temporary memory on this machine, the
+            peak on an accelerator ``target``).
         names: The ``checkpoint_name`` tags to choose from; ``None`` for every tag the
             traced loss uses.
         argnums: As for :func:`compare_policies`: the positional arguments to
@@ -135,6 +132,8 @@ def plan_names(
             the same ``loss_for``, arguments, ``argnums`` and ``has_aux`` (start with an
             empty dict, or with the rows of :func:`compare_policies` for the same model,
             keyed by name). A later call reads the model's tags from it and traces nothing.
+        target: As for :func:`compare_policies`: the accelerator to compile for, ahead of
+            time (``None``: this machine).
 
     Returns:
         The chosen row; its ``compiled`` counts the policies this call compiled.
@@ -146,7 +145,8 @@ def plan_names(
             :func:`compare_policies`.
         ValueError: If ``budget_bytes`` is not positive, ``names`` is empty, repeats a
             name or holds one the model does not tag, the model tags nothing, ``measured``
-            holds rows of another model or other arguments, or no candidate fits; that
+            holds rows of another model, other arguments or another target, ``target`` is
+            unknown, or no candidate fits; that
             message names the smallest memory reached.
 
     Examples:
@@ -179,10 +179,10 @@ def plan_names(
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
-    inputs = check_inputs(args, argnums, kwargs, has_aux)
+    inputs = check_inputs(args, argnums, kwargs, has_aux, target)
     key = _fingerprint(loss_for, inputs)
     if measured.setdefault(_ARGUMENTS, key) != key:
-        raise ValueError("measured holds rows of another loss_for, other args, argnums or has_aux; "
+        raise ValueError("measured holds rows of another loss_for, other args, argnums, has_aux or target; "
                          "start each model with an empty dict")
     base: Program | None = None
     if _BASELINE in measured:
@@ -195,7 +195,6 @@ def plan_names(
 
     labels = [base_label, *STANDARD_POLICIES]
     compiled = 0
-    per_device = inputs.per_device
     if not all(label in measured for label in labels):
         if base is None:
             base, _ = trace_baseline(loss_for, inputs)
@@ -203,7 +202,7 @@ def plan_names(
                              for label in STANDARD_POLICIES]
         results = measure(programs, inputs)
         for program, result in zip(programs, results):
-            measured[program.label] = _row(program, result, results[0].flops, per_device)
+            measured[program.label] = row_of(program, result, results[0].flops, inputs)
         compiled += len(programs)
     standard = [measured[label] for label in labels]
     base_flops = standard[0].flops
@@ -217,14 +216,14 @@ def plan_names(
         if label not in measured:
             policy = jax.checkpoint_policies.save_only_these_names(*chosen)
             program = trace_policy(loss_for, label, policy, inputs, tags)
-            measured[label] = _row(program, measure([program], inputs)[0], base_flops, per_device)
+            measured[label] = row_of(program, measure([program], inputs)[0], base_flops, inputs)
             compiled += 1
         sets[subset] = measured[label]
         return sets[subset]
 
     def best() -> PolicyRow | None:
-        fitting = [row for row in [*standard, *sets.values()] if row.temp_bytes <= budget_bytes]
-        return min(fitting, key=lambda row: (row.flops, row.temp_bytes), default=None)
+        fitting = [row for row in [*standard, *sets.values()] if row.device_bytes <= budget_bytes]
+        return min(fitting, key=lambda row: (row.flops, row.device_bytes), default=None)
 
     for name in names:
         measure_set(frozenset([name]))
@@ -239,7 +238,7 @@ def plan_names(
                     continue
                 measure_set(subset)
             row = sets[subset]
-            if row.temp_bytes > budget_bytes and (leader is None or row.flops < leader.flops):
+            if row.device_bytes > budget_bytes and (leader is None or row.flops < leader.flops):
                 below.update(subset - {name} for name in subset)
         level = below
 
@@ -251,8 +250,8 @@ def plan_names(
 
     chosen = best()
     if chosen is None:
-        smallest = min([*standard, *sets.values()], key=lambda row: row.temp_bytes)
+        smallest = min([*standard, *sets.values()], key=lambda row: row.device_bytes)
         raise ValueError(
-            f"nothing fits budget_bytes={budget_bytes}: the smallest temporary memory reached "
-            f"is {smallest.temp_bytes} bytes, with {smallest.name} ({compiled} policies compiled)")
+            f"nothing fits budget_bytes={budget_bytes}: the smallest {memory_figure(smallest)} reached "
+            f"is {smallest.device_bytes} bytes, with {smallest.name} ({compiled} policies compiled)")
     return dataclasses.replace(chosen, compiled=compiled)

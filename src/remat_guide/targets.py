@@ -1,0 +1,302 @@
+"""TPUs and NVIDIA GPUs to compile for ahead of time, with no such device on the machine."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib.metadata
+import importlib.util
+import mmap
+import os
+import pathlib
+import re
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["TARGETS", "Target", "place", "target", "target_devices"]
+
+_TPU_EXTRA = "pip install 'remat-guide[tpu]' (or: pip install libtpu==0.0.51)"
+_GPU_EXTRA = ("pip install 'remat-guide[gpu]' (or: pip install jax-cuda12-plugin==0.12.0.1 "
+              "jax-cuda12-pjrt==0.12.0.1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One accelerator that XLA compiles for without the device: a TPU generation or an NVIDIA GPU.
+
+    Attributes:
+        name: The name ``target=`` takes, such as ``"tpu-v5e"`` or ``"h100"``.
+        platform: ``"tpu"`` or ``"cuda"``.
+        device_kind: The device's own name, as ``device.device_kind`` reports it.
+        topology: For a TPU, the generation as ``get_topology_desc`` names it (``"v5e"``);
+            for a GPU, the ``device_description_str`` of its XLA target description.
+    """
+
+    name: str
+    platform: str
+    device_kind: str
+    topology: str
+
+    @property
+    def compiler(self) -> str:
+        """Which XLA compiler produces this target's figures, with the package that ships it."""
+        if self.platform == "tpu":
+            return f"XLA's TPU compiler (libtpu {_version('libtpu')})"
+        return f"XLA's GPU compiler (jax-cuda12-plugin {_version('jax-cuda12-plugin')})"
+
+    def devices(self, count: int = 1) -> list[Any]:
+        """``count`` devices of this target, for a mesh; see :func:`target_devices`."""
+        return target_devices(self.name, count)
+
+
+def _tpu(name: str, generation: str, kind: str) -> Target:
+    return Target(name, "tpu", kind, generation)
+
+
+def _gpu(name: str, description: str) -> Target:
+    return Target(name, "cuda", description, description)
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    _tpu("tpu-v5e", "v5e", "TPU v5 lite"),
+    _tpu("tpu-v5p", "v5p", "TPU v5"),
+    _tpu("tpu-v6e", "v6e", "TPU v6 lite"),
+    _gpu("a100", "NVIDIA A100-SXM4-80GB"),
+    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB"),
+    _gpu("h100", "NVIDIA H100 80GB HBM3"),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe"),
+    _gpu("h200", "NVIDIA H200 141GB HBM3e"),
+    _gpu("b200", "NVIDIA B200"),
+    _gpu("b300", "NVIDIA B300"),
+    _gpu("gb200", "NVIDIA GB200"),
+)}
+"""The targets by name: TPU generations (one chip per device) and NVIDIA GPUs."""
+
+# Chips per slice and the slice shape get_topology_desc takes: 2-D tori for the "e"
+# generations, 3-D for v5p.
+_TPU_SHAPES = {
+    "2d": {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"},
+    "3d": {1: "1x1x1", 4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4"},
+}
+_GPUS_PER_HOST = 8
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def target(name: Any) -> Target:
+    """The :class:`Target` called ``name``.
+
+    Args:
+        name: A key of :data:`TARGETS`, or a :class:`Target`.
+
+    Returns:
+        The target.
+
+    Raises:
+        TypeError: If ``name`` is not a str or a :class:`Target`.
+        ValueError: If no target has that name; the message lists the known ones.
+
+    Examples:
+        >>> from remat_guide.targets import target
+        >>> target("h100").device_kind
+        'NVIDIA H100 80GB HBM3'
+        >>> target("tpu-v5e").platform
+        'tpu'
+        >>> target("h1000")
+        Traceback (most recent call last):
+        ...
+        ValueError: target: unknown target 'h1000'; the known targets are tpu-v5e, tpu-v5p, ...
+    """
+    if isinstance(name, Target):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"target must be a str naming an accelerator or None, got {type(name).__name__}")
+    if name not in TARGETS:
+        raise ValueError(f"target: unknown target {name!r}; the known targets are {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[list[str]]:
+    """Keeps what C++ code prints to the process's stderr (libtpu's start-up notes) out of sight.
+
+    Yields a list that holds the text once the block ends, for an error message.
+    """
+    captured: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))
+
+
+_GPU_CONFIG = re.compile(rb'device_description_str: "([^"\n]*)"')
+_GPU_MARKER = b"proto-message: stream_executor.GpuTargetConfigProto"
+
+
+@functools.cache
+def _gpu_target_configs() -> dict[str, str]:
+    """XLA's GPU target descriptions that the installed CUDA plugin carries, by device name.
+
+    The plugin embeds each of XLA's ``target_config/specs/*.txtpb`` files, licence header
+    included, as a text protocol buffer; they are read from it rather than shipped here.
+    """
+    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    if spec is None or spec.origin is None:
+        raise ImportError(f"an NVIDIA GPU target needs XLA's GPU compiler, which is not installed: {_GPU_EXTRA}")
+    library = pathlib.Path(spec.origin).parent / "xla_cuda_plugin.so"
+    configs = {}
+    with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = data.find(_GPU_MARKER)
+        while at >= 0:
+            start = data.rfind(b"\0", 0, at) + 1
+            end = data.find(b"\0", at)
+            text = data[start:end]
+            match = _GPU_CONFIG.search(text)
+            if match:
+                configs[match.group(1).decode()] = text.decode()
+            at = data.find(_GPU_MARKER, end)
+    return configs
+
+
+@functools.cache
+def _devices(name: str, count: int) -> tuple[Any, ...]:
+    chosen = TARGETS[name]
+    from jax.experimental import topologies
+
+    if chosen.platform == "tpu":
+        if importlib.util.find_spec("libtpu") is None:
+            raise ImportError(f"target={name!r} needs XLA's TPU compiler, which is not installed: {_TPU_EXTRA}")
+        shapes = _TPU_SHAPES["3d" if chosen.topology == "v5p" else "2d"]
+        if count not in shapes:
+            raise ValueError(f"count: a {chosen.device_kind} slice has {', '.join(map(str, shapes))} chips, "
+                             f"got {count}")
+        with _quiet_stderr() as noise:
+            try:
+                topology = topologies.get_topology_desc(platform="tpu",
+                                                        topology_name=f"{chosen.topology}:{shapes[count]}")
+            except Exception as error:
+                raise RuntimeError(f"XLA's TPU compiler could not describe {count} {chosen.device_kind} "
+                                   f"chips: {error}") from error
+        del noise
+        return tuple(topology.devices)
+    if count > _GPUS_PER_HOST and count % _GPUS_PER_HOST:
+        raise ValueError(f"count: more than {_GPUS_PER_HOST} GPUs come in hosts of {_GPUS_PER_HOST}, "
+                         f"so a multiple of {_GPUS_PER_HOST}; got {count}")
+    config = _gpu_target_configs().get(chosen.topology)
+    if config is None:
+        raise RuntimeError(f"the installed jax-cuda12-plugin has no XLA target description of {chosen.topology}")
+    hosts, per_host = (count // _GPUS_PER_HOST, _GPUS_PER_HOST) if count > _GPUS_PER_HOST else (1, count)
+    try:
+        topology = topologies.get_topology_desc(platform="cuda", target_config=config,
+                                                topology=f"1x{hosts}x{per_host}")
+    except Exception as error:
+        raise RuntimeError(
+            f"XLA's GPU compiler could not describe {count} {chosen.device_kind}: {error}. On a machine "
+            "without an NVIDIA driver, the CUDA plugin registers only when JAX starts with "
+            "JAX_PLATFORMS=cpu (set it before importing jax)") from error
+    return tuple(topology.devices)
+
+
+def target_devices(name: str | Target, count: int = 1) -> list[Any]:
+    """``count`` devices of an accelerator, described without the hardware, to build a mesh on.
+
+    XLA compiles for these devices ahead of time: ``jax.jit(f).lower(...).compile()`` with
+    arguments placed on a mesh of them (``jax.ShapeDtypeStruct`` values with a
+    ``NamedSharding``) gives that accelerator's program and ``memory_analysis()``. Nothing
+    can run on them. The same call returns the same devices.
+
+    Args:
+        name: A target's name (see :data:`TARGETS`) or a :class:`Target`.
+        count: How many devices: for a TPU, the chips of a slice (1, 4, 8, 16, ...); for a
+            GPU, up to 8 on one host, or a multiple of 8 over several hosts.
+
+    Returns:
+        The devices, in the order of their ids.
+
+    Raises:
+        TypeError: If ``name`` or ``count`` has the wrong type.
+        ValueError: If the target is unknown, or ``count`` is not a size that target comes in.
+        ImportError: If XLA's compiler for that accelerator is not installed; the message
+            names the ``pip install`` to run.
+
+    Examples:
+        >>> from remat_guide.targets import target_devices
+        >>> devices = target_devices("tpu-v5e", 8)
+        >>> len(devices), devices[0].device_kind
+        (8, 'TPU v5 lite')
+        >>> target_devices("h100", 2)[1].device_kind
+        'NVIDIA H100 80GB HBM3'
+    """
+    chosen = target(name)
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+        raise TypeError(f"count must be an int, got {type(count).__name__}")
+    if count < 1:
+        raise ValueError(f"count must be positive, got {count}")
+    return list(_devices(chosen.name, int(count)))
+
+
+def _mesh_on(target_: Target, mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
+    devices = np.array(target_devices(target_, mesh.size), dtype=object).reshape(mesh.devices.shape)
+    return jax.sharding.Mesh(devices, mesh.axis_names)
+
+
+def place(args: Any, name: str | Target) -> Any:
+    """``args`` (any pytree) as ``jax.ShapeDtypeStruct`` values placed on an accelerator's devices.
+
+    A leaf sharded with a ``NamedSharding`` keeps its spec, on a mesh of the same shape
+    and axis names over the target's devices; every other leaf sits on one device.
+    ``jax.jit(f).lower(*place(args, name)).compile()`` then compiles for that accelerator.
+
+    Args:
+        args: Arrays, numbers or ``jax.ShapeDtypeStruct`` values, in any pytree.
+        name: A target's name (see :data:`TARGETS`) or a :class:`Target`.
+
+    Returns:
+        The same pytree of ``jax.ShapeDtypeStruct`` values.
+
+    Raises:
+        TypeError, ValueError, ImportError: As for :func:`target_devices`.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.targets import place
+        >>> w, x = place((jnp.ones((256, 256)), jnp.ones((8, 256))), "tpu-v5e")
+        >>> compiled = jax.jit(lambda w, x: jnp.tanh(x @ w).sum()).lower(w, x).compile()
+        >>> compiled.memory_analysis().argument_size_in_bytes == 4 * (256 * 256 + 8 * 256)
+        True
+    """
+    target_ = target(name)
+    one = jax.sharding.Mesh(np.array(target_devices(target_, 1), dtype=object), ("device",))
+    meshes: dict[int, jax.sharding.Mesh] = {}
+
+    def placed(leaf: Any) -> Any:
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh.size > 1:
+            mesh = meshes.setdefault(id(sharding.mesh), _mesh_on(target_, sharding.mesh))
+            new = jax.sharding.NamedSharding(mesh, sharding.spec)
+        else:
+            new = jax.sharding.NamedSharding(one, jax.sharding.PartitionSpec())
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=new,
+                                        weak_type=getattr(leaf, "weak_type", False))
+        dtype = jax.numpy.result_type(leaf)
+        return jax.ShapeDtypeStruct((), dtype, sharding=new, weak_type=True)
+
+    return jax.tree.map(placed, args)
