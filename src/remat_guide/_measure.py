@@ -18,7 +18,7 @@ import numpy as np
 from remat_guide import _validation as validation
 from remat_guide._labels import names_label
 from remat_guide._tracing import check_keywords
-from remat_guide.flops import count_flops
+from remat_guide.flops import FlopCount, count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
 from remat_guide.targets import Target, place, target
@@ -275,16 +275,30 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
     return saved_residuals(positional, *args, argnums=inputs.argnums).total_bytes
 
 
+# The FLOPs of programs compiled for this machine only to count them (a target's rows), by
+# their lowered text: comparing one model on several targets compiles each program here once.
+_TARGET_FLOPS: dict[str, FlopCount] = {}
+_TARGET_FLOPS_KEPT = 256
+
+
 def _compile(program: Program) -> tuple[Any, Any]:
-    """The program compiled for this machine, and for the target when there is one."""
-    local = program.traced.lower().compile()
-    return local, None if program.on_target is None else program.on_target.lower().compile()
+    """The program compiled for this machine (or its FLOPs), and for the target when there is one."""
+    if program.on_target is None:
+        return program.traced.lower().compile(), None
+    on_target = program.on_target.lower().compile()
+    lowered = program.traced.lower()
+    text = lowered.as_text()
+    if text not in _TARGET_FLOPS:
+        if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
+            _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
+        _TARGET_FLOPS[text] = count_flops(lowered.compile())
+    return _TARGET_FLOPS[text], on_target
 
 
 def _measurement(compiled: tuple[Any, Any], residual_bytes: int) -> Measurement:
     local, on_target = compiled
-    flops = count_flops(local)
-    memory = (on_target or local).memory_analysis()
+    flops = local if isinstance(local, FlopCount) else count_flops(local)
+    memory = (local if on_target is None else on_target).memory_analysis()
     return Measurement(residual_bytes, memory.temp_size_in_bytes, flops.total, flops.reported,
                        memory.peak_memory_in_bytes, memory.host_temp_size_in_bytes)
 

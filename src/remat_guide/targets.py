@@ -186,6 +186,9 @@ def _devices(name: str, count: int) -> tuple[Any, ...]:
         if count not in shapes:
             raise ValueError(f"count: a {chosen.device_kind} slice has {', '.join(map(str, shapes))} chips, "
                              f"got {count}")
+        # libtpu takes a lock file so that one process at a time drives the machine's TPUs;
+        # devices for compiling only drive none, and every build and test process may need them.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         with _quiet_stderr() as noise:
             try:
                 topology = topologies.get_topology_desc(platform="tpu",
