@@ -207,7 +207,8 @@ def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[
     validation.check_program(traced.jaxpr.jaxpr, f"the gradient of {name}")
     on_target = None
     if inputs.target is not None:
-        on_target = jax.jit(gradient).trace(*place(inputs.args, inputs.target), **place(inputs.kwargs, inputs.target))
+        args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
+        on_target = jax.jit(gradient).trace(*args, **kwargs)
     return loss, traced, on_target
 
 

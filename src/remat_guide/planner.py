@@ -181,6 +181,12 @@ def plan_names(
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
     inputs = check_inputs(args, argnums, kwargs, has_aux, target)
     key = _fingerprint(loss_for, inputs)
+    target_name = None if inputs.target is None else inputs.target.name
+    for row in measured.values():
+        if isinstance(row, PolicyRow) and row.target != target_name:
+            raise ValueError(f"measured holds rows of another target: {row.name!r} was compiled for "
+                             f"{row.target or 'this machine'}, not for {target_name or 'this machine'}; "
+                             "start each target with an empty dict")
     if measured.setdefault(_ARGUMENTS, key) != key:
         raise ValueError("measured holds rows of another loss_for, other args, argnums, has_aux or target; "
                          "start each model with an empty dict")

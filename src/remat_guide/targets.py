@@ -259,11 +259,16 @@ def _mesh_on(target_: Target, mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(devices, mesh.axis_names)
 
 
+def _is_sharded(sharding: Any) -> bool:
+    return isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh.size > 1
+
+
 def place(args: Any, name: str | Target) -> Any:
     """``args`` (any pytree) as ``jax.ShapeDtypeStruct`` values placed on an accelerator's devices.
 
     A leaf sharded with a ``NamedSharding`` keeps its spec, on a mesh of the same shape
-    and axis names over the target's devices; every other leaf sits on one device.
+    and axis names over the target's devices; every other leaf is replicated over those
+    devices (as ``jax.jit`` treats it), or sits on one device when no leaf is sharded.
     ``jax.jit(f).lower(*place(args, name)).compile()`` then compiles for that accelerator.
 
     Args:
@@ -286,16 +291,23 @@ def place(args: Any, name: str | Target) -> Any:
         True
     """
     target_ = target(name)
-    one = jax.sharding.Mesh(np.array(target_devices(target_, 1), dtype=object), ("device",))
     meshes: dict[int, jax.sharding.Mesh] = {}
+    for leaf in jax.tree.leaves(args):
+        sharding = getattr(leaf, "sharding", None)
+        if _is_sharded(sharding) and id(sharding.mesh) not in meshes:
+            meshes[id(sharding.mesh)] = _mesh_on(target_, sharding.mesh)
+    # The other leaves are replicated over the sharded leaves' devices, as jax.jit treats
+    # them; one program cannot take arguments on different sets of devices.
+    rest = next(iter(meshes.values()), None)
+    if rest is None:
+        rest = jax.sharding.Mesh(np.array(target_devices(target_, 1), dtype=object), ("device",))
 
     def placed(leaf: Any) -> Any:
         sharding = getattr(leaf, "sharding", None)
-        if isinstance(sharding, jax.sharding.NamedSharding) and sharding.mesh.size > 1:
-            mesh = meshes.setdefault(id(sharding.mesh), _mesh_on(target_, sharding.mesh))
-            new = jax.sharding.NamedSharding(mesh, sharding.spec)
+        if _is_sharded(sharding):
+            new = jax.sharding.NamedSharding(meshes[id(sharding.mesh)], sharding.spec)
         else:
-            new = jax.sharding.NamedSharding(one, jax.sharding.PartitionSpec())
+            new = jax.sharding.NamedSharding(rest, jax.sharding.PartitionSpec())
         if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=new,
                                         weak_type=getattr(leaf, "weak_type", False))
