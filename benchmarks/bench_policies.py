@@ -2,11 +2,15 @@
 
 Also the sharded page's build time. compare_policies is timed against the sum of the XLA
 compilations it runs (every ``jax.stages.Lowered.compile`` call, timed), whose ratio the
-issue bounds by 1.15.
+issue bounds by 1.15. And compare_policies per target: for this machine and for
+accelerators compiled for ahead of time (``target=``), its wall time, the programs it
+compiles (two per row with a target: the target's, for the memory, and this machine's, for
+the FLOPs) and each policy's device figure.
 
 Run by `make bench`; writes policies.json and policies.md to the folder given by --out.
-``--only compare`` runs the compare_policies timings alone. Timings belong here, never on
-the site's pages.
+``--only compare`` runs the compare_policies timings alone (compare.json), ``--only
+targets`` the per-target timings alone (targets.json and targets.md). Timings belong here,
+never on the site's pages.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import jax.numpy as jnp
 
 from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, models, plan_names
 from remat_guide.compare import STANDARD_POLICIES
+from remat_guide.targets import target
 
 CONFIG = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
 COMPARE_TARGET_S = 15.0
@@ -36,6 +41,8 @@ EXERCISE_SHAPE = (1024, 512)  # (N, D) of the exercise pipeline
 DOT_OP = re.compile(r"= \S+ dot\(")  # a dot instruction of the compiled HLO
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARDED_PAGE = ROOT / "docs" / "sharded.md"
+TARGET_RUNS = (None, "tpu-v5e", "h100")  # None: this machine's own backend
+TARGET_POLICIES = ("dots_saveable", "dots_with_no_batch_dims_saveable", "nothing_saveable")
 
 
 def _random(specs, seed: int = 0):
@@ -104,6 +111,63 @@ def _plan_budgets(rows) -> list[dict]:
     return results
 
 
+def _target_timings(specs) -> list[dict]:
+    """compare_policies on the reference transformer for this machine and for each target."""
+    results = []
+    for name in TARGET_RUNS:
+        first_use_s = None
+        if name is not None:
+            # The target's compiler starts on first use (libtpu; the CUDA plugin's target
+            # descriptions): timed on a tiny model, apart from the timing below.
+            first_use_s = _timed(lambda name=name: compare_policies(
+                models.mlp_scan_loss, *models.mlp_args(2, 4, 4), policies=[], target=name))
+        rows, timing = _timed_compare(models.transformer_loss, *specs, policies=list(TARGET_POLICIES), target=name)
+        results.append({
+            "target": name, "label": name or f"this machine ({jax.devices()[0].platform})",
+            "compiler": "XLA's CPU compiler (jaxlib)" if name is None else target(name).compiler,
+            "device_figure": "temp_bytes" if name is None else "peak_bytes",
+            "first_use_s": first_use_s, **timing,
+            "policies": [{"policy": row.name, "device_bytes": row.device_bytes, "temp_bytes": row.temp_bytes,
+                          "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
+                          "residual_bytes": row.residual_bytes, "flops_ratio": row.flops_ratio}
+                         for row in rows],
+        })
+    return results
+
+
+def _target_lines(results: list[dict]) -> list[str]:
+    """The Markdown of the per-target timings: one table of times, one of device figures."""
+    mib = 2**20
+    lines = [
+        f"compare_policies(transformer_loss, ..., policies={list(TARGET_POLICIES)}, target=T): "
+        f"{results[0]['rows']} rows each. With a target every row is compiled twice (the target's "
+        "program for the memory, this machine's for the FLOPs); \"first use\" is the target's compiler "
+        "starting, timed apart on a tiny model.",
+        "",
+        "| target | compiler | first use s | wall s | programs compiled | sum of compile s | wall / compile |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *[f"| {r['label']} | {r['compiler']} | "
+          f"{'' if r['first_use_s'] is None else format(r['first_use_s'], '.2f')} | {r['wall_s']:.2f} | "
+          f"{r['compiles']} | {r['compile_s']:.2f} | {r['wall_over_compile']:.3f} |" for r in results],
+        "",
+        "Device figure per policy (`PolicyRow.device_bytes`): XLA temp on this machine's CPU, the "
+        "program's peak (arguments and outputs included) on a target; host bytes offloaded in brackets "
+        "when any.",
+        "",
+        "| policy | " + " | ".join(f"{r['label']}: {'temp' if r['target'] is None else 'peak'} MiB"
+                                   for r in results) + " | FLOPs ratio |",
+        "|---|" + "---:|" * (len(results) + 1),
+    ]
+    for i, first in enumerate(results[0]["policies"]):
+        cells = []
+        for r in results:
+            p = r["policies"][i]
+            host = f" (host {p['host_bytes'] / mib:.2f})" if p["host_bytes"] else ""
+            cells.append(f"{p['device_bytes'] / mib:.2f}{host}")
+        lines.append(f"| {first['policy']} | " + " | ".join(cells) + f" | {first['flops_ratio']:.3f} |")
+    return lines
+
+
 def _page_seconds(page: pathlib.Path) -> float:
     """Seconds to execute one page's cells on the .venv kernel, as the build does."""
     os.environ.setdefault("JUPYTER_PATH", str(pathlib.Path(sys.prefix) / "share" / "jupyter"))
@@ -125,8 +189,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("_build/bench"))
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--only", choices=["compare"], default=None,
-                        help="run only the compare_policies timings (compile ratio), write compare.json")
+    parser.add_argument("--only", choices=["compare", "targets"], default=None,
+                        help="run only the compare_policies timings (compile ratio), write compare.json; "
+                             "or only the per-target timings, write targets.json and targets.md")
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
 
@@ -134,6 +199,19 @@ def main() -> None:
     # Warm JAX itself up (backend start, first compilation) on a tiny model, so the
     # timings below measure compare_policies and not the process start.
     compare_policies(models.mlp_scan_loss, *models.mlp_args(2, 4, 4), policies=[])
+
+    if options.only == "targets":
+        per_target = _target_timings(specs)
+        report = {"jax": jax.__version__, "platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(),
+                  "config": CONFIG, "compare_policies_per_target": per_target}
+        (options.out / "targets.json").write_text(json.dumps(report, indent=2) + "\n")
+        lines = ["# compare_policies per target", "",
+                 f"JAX {report['jax']} on {report['platform']}, {report['cpu_count']} CPUs. "
+                 f"Reference transformer: {CONFIG}.", "", *_target_lines(per_target)]
+        (options.out / "targets.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        print(f"\nwrote {options.out / 'targets.json'} and {options.out / 'targets.md'}")
+        return
 
     _, standard = _timed_compare(models.transformer_loss, *specs, policies=list(STANDARD_POLICIES))
     rows, every = _timed_compare(models.transformer_loss, *specs)
@@ -156,6 +234,7 @@ def main() -> None:
         return
 
     plans = _plan_budgets(rows)
+    per_target = _target_timings(specs)
     sharded_page_s = _page_seconds(SHARDED_PAGE)
 
     analytic = 3 * models.transformer_matmul_flops(**CONFIG)
@@ -207,6 +286,7 @@ def main() -> None:
         "plan_names": plans,
         "sharded_page_execute_s": sharded_page_s,
         "jit_grad_step": timings,
+        "compare_policies_per_target": per_target,
         "targets": {
             "compare_policies_standard_under_15s": standard_s < COMPARE_TARGET_S,
             "compare_policies_wall_within_1.15x_compile": compile_ratio["met"],
@@ -262,6 +342,10 @@ def main() -> None:
         "",
         f"Sharded training page (docs/sharded.md, 8 simulated devices): executed in "
         f"{sharded_page_s:.1f} s.",
+        "",
+        "## compare_policies per target",
+        "",
+        *_target_lines(per_target),
         "",
         f"## jit(grad) step time per policy (median of {options.repeats}, warm-up excluded)",
         "",
