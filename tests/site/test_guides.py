@@ -60,7 +60,9 @@ def test_sharded_page_runs_on_eight_devices_and_shows_its_tables(built_page):
     assert page.count('class="remat-table') >= 3  # policies, pieces, meshes
     assert text.count("residuals per device (MiB)") == 2 and "P(None, 'data', 'model')" in text
     assert len(set(re.findall(r"_images/[0-9a-f]+\.(?:png|svg)", page))) == 1
-    assert "offload: mlp_hidden" in text and "host temp 0 bytes" in text
+    on_8 = table_with(page, "policy", "CPU x 8: temp (MiB)", "TPU v5e 2x4: peak (MiB)")
+    assert [row["policy"] for row in on_8][-1] == "offload: mlp_hidden"
+    assert [row["H100: host (MiB)"] != "0.00" for row in on_8] == [False] * (len(on_8) - 1) + [True]
 
 
 def _outputs(page_html, kind):
