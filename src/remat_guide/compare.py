@@ -191,7 +191,10 @@ class Comparison(list[PolicyRow]):
         units = {"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops", "XLA-reported FLOPs": "flops",
                  ratio: "ratio"}
         if "target" in frame.columns:
-            units.update({"device peak": "bytes", "host (offloaded)": "bytes"})
+            # The FLOPs are the CPU program's: say so, and leave out what XLA reports for it.
+            frame = frame.drop(columns="XLA-reported FLOPs").rename(columns={"true FLOPs": "FLOPs (CPU program)"})
+            units = {"residuals": "bytes", "device peak": "bytes", "XLA temp": "bytes", "host (offloaded)": "bytes",
+                     "FLOPs (CPU program)": "flops", ratio: "ratio"}
             if frame["target"].nunique() == 1:
                 frame = frame.drop(columns="target")
         return Table(frame, units=units)
