@@ -66,7 +66,19 @@ def offer_notebook(app: Any, pagename: str, templatename: str, context: dict[str
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+def create_cache(app: Any) -> None:
+    """Creates jupyter-cache's database before the pages are read.
+
+    MyST-NB opens it on first use; in a parallel build (``-j``) with no cache yet, two
+    workers could both create its tables, and one fails with "table settings already exists".
+    """
+    if app.builder.format != "html":
+        return
+    jupyter_cache.get_cache(app.env.mystnb_config.execution_cache_path).db  # the property creates it
+
+
 def setup(app: Any) -> dict[str, Any]:
-    """Registers the handler (before sphinx-book-theme's, which runs at priority 501)."""
+    """Registers the handlers (the page's before sphinx-book-theme's, which runs at priority 501)."""
+    app.connect("builder-inited", create_cache, priority=900)  # after MyST-NB sets the cache's path
     app.connect("html-page-context", offer_notebook, priority=500)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
