@@ -75,7 +75,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     _gpu("b300", "NVIDIA B300"),
     _gpu("gb200", "NVIDIA GB200"),
 )}
-"""The targets by name: TPU generations (one chip per device) and NVIDIA GPUs."""
+"""Every target under its name, TPU generations (one chip per device) and NVIDIA GPUs."""
 
 # Chips per slice and the slice shape get_topology_desc takes: 2-D tori for the "e"
 # generations, 3-D for v5p.
