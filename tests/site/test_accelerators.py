@@ -9,7 +9,7 @@ def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built
     html = built_page("accelerators.html")
     text = page_text(html)
     assert "{glue" not in text
-    assert "These figures are the compiler's buffer assignment, not a run" in text
+    assert "buffer assignment, not a run" in text
     figures = table_with(html, "backend", "policy", "arguments (MiB)", "outputs (MiB)", "temp (MiB)", "peak (MiB)")
     assert [row["backend"] for row in figures] == ["CPU", "CPU", "TPU v5e", "TPU v5e", "H100", "H100"]
     assert {row["temp (MiB)"] for row in figures if row["backend"] == "TPU v5e"} == {"0.00"}
@@ -31,9 +31,9 @@ def test_offloading_shows_host_bytes_on_accelerators(built_page):
     assert host["offload mlp_hidden"] == host["keep attn_out, offload mlp_hidden"] == "8.00"
     assert host["nothing_saveable"] == host["save mlp_hidden"] == "0.00"
     reference = built_page("reference/ad_checkpoint.html")
-    rows = table_with(reference, "target", "policy", "device peak (bytes)", "host temp (bytes)")
+    rows = table_with(reference, "target", "policy", "device peak (MiB)", "host temp (MiB)")
     assert [row["target"] for row in rows] == ["tpu-v5e"] * 3 + ["h100"] * 3
-    assert all((row["host temp (bytes)"] != "0") == (row["policy"] == "offload_dot_with_no_batch_dims")
+    assert all((row["host temp (MiB)"] != "0.00") == (row["policy"] == "offload_dot_with_no_batch_dims")
                for row in rows)
 
 
