@@ -223,9 +223,9 @@ def _memory_name(aval: Any) -> str:
 
 def saved_residuals(f: Callable, /, *args: Any, argnums: int | Sequence[int] | None = None,
                     **kwargs: Any) -> Residuals:
-    """Lists what the gradient of ``f`` keeps from the forward pass for the backward pass.
+    """Lists what the backward pass of ``f`` keeps from the forward pass, per differentiated argument.
 
-    The residuals of ``jax.vjp`` of ``f``, which ``jax.grad`` and ``jax.vjp`` share: each
+    The residuals of ``jax.vjp`` of ``f`` (``jax.grad`` uses the same): each
     has a shape, dtype, size, kind and a source whose location does not change from run to
     run. They depend on what is differentiated. By default every argument is, as
     ``jax.ad_checkpoint.print_saved_residuals(f, *args, **kwargs)`` lists them;

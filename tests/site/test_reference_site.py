@@ -8,7 +8,8 @@ import pytest
 from helpers import page_text
 from remat_guide.site.api_items import api_items
 
-PAGES = ["index", "parameters", "policies", "ad_checkpoint", "remat3", "api_index"]
+PAGES = ["index", "parameters", "policies", "ad_checkpoint", "remat3", "custom_rules",
+         "differentiation", "compiler_remat", "api_index"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,8 @@ def test_the_api_index_links_every_item_to_its_section(pages):
         assert f'id="{_anchor(item.label)}"' in pages[target[0].removesuffix(".html")]
     # Only items of the installed JAX are listed: no link to a removed parameter's section.
     current = {_anchor(item.label) for item in api_items()}
-    item_links = {anchor for _, anchor in links if anchor.startswith(("param-", "policy-", "api-"))}
+    item_links = {anchor for _, anchor in links if anchor.startswith(
+        ("param-", "policy-", "api-", "custom-", "vjp-", "linearize-", "flag-"))}
     assert item_links <= current, sorted(item_links - current)
 
 

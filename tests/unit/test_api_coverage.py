@@ -15,13 +15,22 @@ from remat_guide.site import api_items as coverage
 
 REFERENCE = ROOT / "docs" / "reference"
 EXT = REFERENCE.parent / "_ext"
-LABEL_ABOVE_HEADING = re.compile(r"^\((?P<label>[\w-]+)\)=\n#+ ", re.MULTILINE)
+# One or more labels, each on its own line, stacked right above a heading.
+LABELS_ABOVE_HEADING = re.compile(r"^((?:\([\w-]+\)=\n)+)#+ ", re.MULTILINE)
+LABEL = re.compile(r"\(([\w-]+)\)=")
 
 
 def reference_labels() -> set[str]:
     """Labels that the reference pages place right above a heading."""
-    return {m["label"] for page in REFERENCE.glob("*.md")
-            for m in LABEL_ABOVE_HEADING.finditer(page.read_text(encoding="utf-8"))}
+    return {label for page in REFERENCE.glob("*.md")
+            for block in LABELS_ABOVE_HEADING.finditer(page.read_text(encoding="utf-8"))
+            for label in LABEL.findall(block[1])}
+
+
+def test_stacked_labels_above_one_heading_all_count():
+    text = "(a-one)=\n(b-two)=\n## Heading\n\n(c-three)=\nnot a heading\n"
+    blocks = LABELS_ABOVE_HEADING.finditer(text)
+    assert [label for block in blocks for label in LABEL.findall(block[1])] == ["a-one", "b-two"]
 
 
 def test_the_reference_documents_every_item_of_the_installed_jax():
@@ -77,6 +86,54 @@ def test_a_fake_export_is_named_but_a_submodule_is_not(monkeypatch):
     monkeypatch.setattr(jax.ad_checkpoint, "some_module", types.ModuleType("m"), raising=False)
     missing = coverage.undocumented(reference_labels())
     assert [item.qualname for item in missing] == ["jax.ad_checkpoint.fake_export"]
+
+
+def test_items_cover_custom_rules_transforms_and_flags():
+    labels = {item.label for item in coverage.api_items()}
+    assert {"custom_vjp-defremat", "custom_vjp-defremat_with_logs", "custom_gradient-remat",
+            "custom_vjp-defvjp-optimize_remat"} <= labels
+    assert {f"vjp-{p}" for p in inspect.signature(jax.vjp).parameters} <= labels
+    assert {f"linearize-{p}" for p in inspect.signature(jax.linearize).parameters} <= labels
+    flags = {name for name in jax.config.values if "remat" in name or "checkpoint" in name}
+    assert {"jax_remat3", "jax_compiler_enable_remat_pass"} <= flags
+    assert {f"flag-{name}" for name in flags} <= labels
+    # A flag whose name says nothing of remat is not an item.
+    assert "flag-jax_enable_x64" not in labels
+
+
+def test_an_injected_flag_is_named(monkeypatch):
+    monkeypatch.setitem(jax.config.values, "jax_fake_remat_knob", False)
+    missing = coverage.undocumented(reference_labels())
+    assert [(item.label, item.qualname) for item in missing] == [
+        ("flag-jax_fake_remat_knob", "jax.config.jax_fake_remat_knob")]
+
+
+def test_an_injected_vjp_parameter_is_named(monkeypatch):
+    real = jax.vjp
+
+    def vjp(fun, *primals, **kwargs):
+        return real(fun, *primals, **kwargs)
+
+    fake = inspect.Parameter("fake_residual_knob", inspect.Parameter.KEYWORD_ONLY, default=None)
+    vjp.__signature__ = inspect.signature(real).replace(
+        parameters=[*inspect.signature(real).parameters.values(), fake])
+    monkeypatch.setattr(jax, "vjp", vjp)
+    missing = coverage.undocumented(reference_labels())
+    assert [(item.label, item.qualname) for item in missing] == [
+        ("vjp-fake_residual_knob", "jax.vjp(fake_residual_knob=...)")]
+
+
+def test_an_injected_remat_method_and_parameter_are_named(monkeypatch):
+    monkeypatch.setattr(jax.custom_vjp, "defremat_fake", lambda self, fwd: None, raising=False)
+
+    def custom_gradient(fun=None, *, with_logs=False, remat=False, checkpoint_fake=False):
+        return fun
+
+    monkeypatch.setattr(jax, "custom_gradient", custom_gradient)
+    missing = coverage.undocumented(reference_labels())
+    assert [(item.label, item.qualname) for item in missing] == [
+        ("custom_vjp-defremat_fake", "jax.custom_vjp.defremat_fake"),
+        ("custom_gradient-checkpoint_fake", "jax.custom_gradient(checkpoint_fake=...)")]
 
 
 def test_labels_match_whatever_their_case():

@@ -1,4 +1,4 @@
-"""The items of JAX's checkpoint API and which of them the reference documents (for the coverage guard)."""
+"""The items of JAX's rematerialization API and which of them the reference documents (for the coverage guard)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ import jax.ad_checkpoint
 
 __all__ = ["ApiItem", "api_items", "undocumented"]
 
-GROUPS = ("parameter", "policy", "export")
+GROUPS = ("parameter", "policy", "export", "custom", "transform", "flag")
+# The differentiation entry points whose every parameter decides what a backward pass keeps.
+TRANSFORMS = ("vjp", "linearize")
+# Custom-derivative APIs whose remat-related methods and parameters the reference documents.
+CUSTOM = ("custom_vjp", "custom_jvp", "custom_gradient")
+REMAT_WORDS = ("remat", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,10 +26,17 @@ class ApiItem:
 
     Attributes:
         group: ``"parameter"`` (of ``jax.checkpoint``), ``"policy"`` (a name in
-            ``jax.checkpoint_policies``) or ``"export"`` (of ``jax.ad_checkpoint``).
-        name: The item's name.
+            ``jax.checkpoint_policies``), ``"export"`` (of ``jax.ad_checkpoint``),
+            ``"custom"`` (a remat-related method or parameter of ``jax.custom_vjp``,
+            ``jax.custom_jvp`` or ``jax.custom_gradient``), ``"transform"`` (a parameter
+            of ``jax.vjp`` or ``jax.linearize``) or ``"flag"`` (a configuration flag whose
+            name holds ``remat`` or ``checkpoint``).
+        name: The item's name: ``defremat``, ``custom_gradient.remat``, ``vjp.saveable_args``,
+            ``jax_remat3``.
         label: The MyST label the reference must define for it: ``param-<name>``,
-            ``policy-<name>`` or ``api-<name>``.
+            ``policy-<name>``, ``api-<name>``, ``custom_vjp-defremat``,
+            ``custom_gradient-remat``, ``vjp-<parameter>``, ``linearize-<parameter>`` or
+            ``flag-<name>``.
 
     Raises:
         TypeError: If a field is not a str.
@@ -52,23 +64,70 @@ class ApiItem:
             return f"jax.checkpoint({self.name}=...)" if self.name != "fun" else "jax.checkpoint(fun)"
         if self.group == "policy":
             return f"jax.checkpoint_policies.{self.name}"
-        return f"jax.ad_checkpoint.{self.name}"
+        if self.group == "export":
+            return f"jax.ad_checkpoint.{self.name}"
+        if self.group == "flag":
+            return f"jax.config.{self.name}"
+        owner, member, *parameter = self.name.split(".")
+        if parameter:
+            return f"jax.{owner}.{member}({parameter[0]}=...)"
+        if self.group == "custom" and isinstance(getattr(jax, owner, None), type):
+            return f"jax.{owner}.{member}"
+        if self.group == "transform" and member in ("fun", "primals"):
+            return f"jax.{owner}({'*' * (member == 'primals')}{member})"
+        return f"jax.{owner}({member}=...)"
+
+
+def _is_remat_word(name: str) -> bool:
+    return any(word in name.lower() for word in REMAT_WORDS)
+
+
+def _custom_items() -> list[ApiItem]:
+    """Remat-related methods of the custom-derivative classes, and such parameters anywhere in them."""
+    items = []
+    for owner in CUSTOM:
+        api = getattr(jax, owner)
+        callables = {"": api}
+        if isinstance(api, type):
+            callables.update((name, value) for name, value in sorted(vars(api).items())
+                             if callable(value) and not name.startswith("_"))
+        for member, value in callables.items():
+            if member and _is_remat_word(member):
+                items.append(ApiItem("custom", f"{owner}.{member}", f"{owner}-{member}"))
+                continue
+            try:
+                parameters = inspect.signature(value).parameters
+            except (TypeError, ValueError):  # a builtin without a signature has no parameters to list
+                continue
+            for parameter in parameters:
+                if _is_remat_word(parameter):
+                    path = f"{member}.{parameter}" if member else parameter
+                    items.append(ApiItem("custom", f"{owner}.{path}",
+                                         f"{owner}-{path.replace('.', '-')}"))
+    return items
 
 
 def api_items() -> list[ApiItem]:
-    """Every parameter, standard policy and ``jax.ad_checkpoint`` export of the installed JAX.
+    """Every item of the installed JAX's rematerialization API, in the reference's order.
 
     Read afresh at each call: the parameters from ``inspect.signature(jax.checkpoint)``,
     the policies from ``vars(jax.checkpoint_policies)``, the exports from the public,
-    non-module names of ``jax.ad_checkpoint``.
+    non-module names of ``jax.ad_checkpoint``; then the methods of ``jax.custom_vjp`` and
+    ``jax.custom_jvp`` whose name holds ``remat``, and the parameters of those classes, of
+    their methods and of ``jax.custom_gradient`` whose name does; every parameter of
+    ``jax.vjp`` and ``jax.linearize``; and the configuration flags in ``jax.config.values``
+    whose name holds ``remat`` or ``checkpoint``.
 
     Examples:
         >>> from remat_guide.site.api_items import api_items
         >>> items = api_items()
         >>> [item.label for item in items if item.group == "parameter"][:2]
         ['param-fun', 'param-prevent_cse']
-        >>> "policy-dots_saveable" in {item.label for item in items}
+        >>> labels = {item.label for item in items}
+        >>> "policy-dots_saveable" in labels and "vjp-saveable_args" in labels
         True
+        >>> [item.qualname for item in items if item.group == "custom"][:2]
+        ['jax.custom_vjp.defremat', 'jax.custom_vjp.defremat_with_logs']
     """
     items = [ApiItem("parameter", name, f"param-{name}")
              for name in inspect.signature(jax.checkpoint).parameters]
@@ -77,6 +136,12 @@ def api_items() -> list[ApiItem]:
     items += [ApiItem("export", name, f"api-{name}")
               for name, value in sorted(vars(jax.ad_checkpoint).items())
               if not name.startswith("_") and not isinstance(value, types.ModuleType)]
+    items += _custom_items()
+    items += [ApiItem("transform", f"{transform}.{name}", f"{transform}-{name}")
+              for transform in TRANSFORMS
+              for name in inspect.signature(getattr(jax, transform)).parameters]
+    items += [ApiItem("flag", name, f"flag-{name}")
+              for name in sorted(jax.config.values) if _is_remat_word(name)]
     return items
 
 

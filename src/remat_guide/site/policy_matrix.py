@@ -222,9 +222,10 @@ def _check_row(row: Any, where: str) -> None:
 
 
 # What a cell of the matrix table says, given what keeps() found for the policy and for the
-# model without jax.checkpoint. A value that the plain backward pass does not keep is one it
-# never reads; one that it keeps but the policy does not is recomputed.
-KEPT, RECOMPUTED, NEVER_READ = "kept", "recomputed", "never read"
+# model without jax.checkpoint. A value that the plain backward pass does not keep is not a
+# residual (a checkpointed backward pass may still recompute it on the way to one); one
+# that it keeps but the policy does not is recomputed.
+KEPT, RECOMPUTED, NOT_RESIDUAL = "kept", "recomputed", "not a residual"
 _SHOWN = {SAVED: KEPT, OFFLOADED: OFFLOADED, f"{SAVED} + {OFFLOADED}": f"{KEPT} + {OFFLOADED}"}
 
 
@@ -236,12 +237,13 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
             cell, as returned by :func:`keeps`. Labels may hold HTML (links).
         baseline: The row of the model without ``jax.checkpoint``
             (``keeps(None, checkpointed=False)[1]``), which tells a value the backward
-            pass needs from one it never reads.
+            pass keeps from one that is not a residual.
 
     Returns:
         A :class:`~remat_guide.tables.Table` whose cells say ``"kept"``, ``"offloaded"``,
         ``"kept + offloaded"``, ``"recomputed"`` (the policy does not keep a value the
-        backward pass needs) or ``"never read"``, each with a CSS class
+        backward pass needs) or ``"not a residual"`` (the model without
+        ``jax.checkpoint`` does not keep it either), each with a CSS class
         ``remat-<state>`` that the site's stylesheet colours.
 
     Raises:
@@ -253,7 +255,7 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         >>> row = dict.fromkeys(COLUMNS, "not kept") | {"inputs": "saved"}
         >>> frame = matrix_table({"p": row}, baseline).frame
         >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
-        ('kept', 'recomputed', 'never read')
+        ('kept', 'recomputed', 'not a residual')
     """
     _check_row(baseline, "baseline")
     for label, row in rows.items():
@@ -262,7 +264,7 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
     def shown(column: str, cell: str) -> str:
         if cell != NOT_KEPT:
             return _SHOWN.get(cell, cell)
-        return NEVER_READ if baseline[column] == NOT_KEPT else RECOMPUTED
+        return NOT_RESIDUAL if baseline[column] == NOT_KEPT else RECOMPUTED
 
     cells = [[shown(column, row[column]) for column in COLUMNS] for row in rows.values()]
     frame = pd.DataFrame([[label, *line] for label, line in zip(rows, cells)],
@@ -271,6 +273,6 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
                             for line in cells], columns=frame.columns)
     legend = {"remat-kept": "kept for the backward pass", "remat-offloaded": "offloaded to the host",
               "remat-recomputed": "recomputed by the backward pass",
-              "remat-never-read": "never read by the backward pass"}
+              "remat-not-a-residual": "not kept without a checkpoint either"}
     return Table(frame, cell_classes=classes, legend=legend, html_columns=["policy"],
                  table_class="remat-matrix")

@@ -237,7 +237,9 @@ def _policies() -> dict[str, Any]:
             "import_as_module": importable(),
             "names": names,
             "aliases": aliases,
-            "kinds": {n: kind(o) for n, o in objects.items()}}
+            "kinds": {n: kind(o) for n, o in objects.items()},
+            "made": {n: _item(lambda call=call: kind(call(cp)))
+                     for n, (_, call) in FACTORY_CALLS.items() if n in objects}}
 
 
 def _policy_for(name: str) -> Any:

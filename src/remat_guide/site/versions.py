@@ -572,7 +572,8 @@ class VersionReport:
 
     def policy_rows(self) -> list[Row]:
         """The namespace ``jax.checkpoint_policies``: its type, whether ``import`` loads it, its
-        number of names and its aliases, then the kind of each name."""
+        number of names and its aliases, the kind of each name, then the kind of what each
+        policy factory returns for the probe's fixed arguments."""
         rows = [
             ("type of jax.checkpoint_policies", self.values("policies", "namespace_type")),
             ("import jax.checkpoint_policies", self.values("policies", "import_as_module")),
@@ -580,8 +581,11 @@ class VersionReport:
             ("aliases (the same object)", self.values(
                 "policies", "aliases", then=lambda pairs: ", ".join(" is ".join(pair) for pair in pairs))),
         ]
-        return rows + [(name, self.values("policies", "kinds", name))
-                       for name in self._labels("policies", "names")]
+        rows += [(name, self.values("policies", "kinds", name))
+                 for name in self._labels("policies", "names")]
+        return rows + [(f"{name}(...) returns",
+                        self.values("policies", "made", name))
+                       for name in self._labels("policies", "made")]
 
     def residual_rows(self, remat3: bool = False) -> list[Row]:
         """What each policy saves, as :func:`residual_summary` gives it, one row per policy.
