@@ -18,7 +18,11 @@ REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
     "jax._src.lib._jax.hlo_module_cost_analysis": (_jax, "hlo_module_cost_analysis"),
 }
-"""The internals this module uses. Keys are dotted names, values ``(module, attribute)`` pairs."""
+"""The internal functions this module calls, as dotted names mapped to ``(module, attribute)``.
+
+Two more internals are read as attributes, not called: a scan equation's ``ft_in``
+parameter (:func:`scan_operands`, which raises a ValueError naming it when it is missing)
+and a ``Traceback``'s ``frames`` (:func:`traceback_frames`)."""
 
 
 def hlo_flops(hlo_text: str) -> float:
@@ -50,8 +54,7 @@ def scan_operands(params: dict[str, Any], operands: list[Any]) -> tuple[list[Any
     """Split the operands of a ``scan`` equation into its constants, carry and scanned inputs.
 
     JAX 0.12 records the split in the equation's ``ft_in`` parameter (a flat tree of three
-    groups) instead of the ``num_consts``/``num_carry`` counts of earlier releases; neither is
-    public API.
+    groups), which is not public API.
 
     Args:
         params: The ``params`` of a jaxpr equation whose primitive is ``scan``.

@@ -47,12 +47,13 @@ def _as_float_matrix(value: Any, name: str, expected: str) -> jax.Array:
 
 
 def checkpoint_dot_policy(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
-    """Computes ``sum((relu(x @ w1) @ w2) ** 2)``, saving only matmul outputs for ``grad``.
+    """Computes ``sum((relu(x @ w1) @ w2) ** 2)``, saving only inputs and matmul outputs when differentiated.
 
     The whole pipeline runs inside ``jax.checkpoint`` with
     ``policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable``: when
-    differentiated, the forward pass keeps the inputs and the outputs of the two
-    matmuls, and the backward pass recomputes the ``relu`` and the square. The inputs
+    differentiated, the forward pass keeps the inputs that the backward pass reads and the
+    outputs of the two matmuls, and the backward pass recomputes the ``relu`` and the
+    square. The inputs
     are checked while tracing, so it works under ``jax.jit``, ``jax.grad`` and
     ``jax.vmap`` and reports bad input before XLA sees it.
 
@@ -87,11 +88,15 @@ def checkpoint_dot_policy(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Arr
         >>> all(jnp.allclose(g, e) for g, e in zip(grads, expected))
         True
 
-        What the forward pass keeps: the three inputs and the two matmul outputs.
+        What the forward pass keeps when all three inputs are differentiated: the three
+        inputs and the two matmul outputs (``jax.grad`` of ``w1`` alone, ``argnums=0``,
+        does not keep ``w1``):
 
         >>> [(r.kind, r.name, r.shape) for r in saved_residuals(checkpoint_dot_policy, w1, w2, x)]
         [('argument', 'w1', (2, 2)), ('argument', 'w2', (2, 2)), ('argument', 'x', (3, 2)),
          ('primitive', 'dot_general', (3, 2)), ('primitive', 'dot_general', (3, 2))]
+        >>> [r.name for r in saved_residuals(checkpoint_dot_policy, w1, w2, x, argnums=0)]
+        ['w2', 'x', 'dot_general', 'dot_general']
 
         Shapes that do not fit are reported by name:
 

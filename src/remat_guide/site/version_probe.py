@@ -239,7 +239,8 @@ def _policies() -> dict[str, Any]:
             "aliases": aliases,
             "kinds": {n: kind(o) for n, o in objects.items()},
             "made": {n: _item(lambda call=call: kind(call(cp)))
-                     for n, (_, call) in FACTORY_CALLS.items() if n in objects}}
+                     for n, (_, call) in FACTORY_CALLS.items()
+                     if n in objects and not inspect.isclass(objects[n])}}
 
 
 def _policy_for(name: str) -> Any:
