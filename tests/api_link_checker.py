@@ -36,7 +36,12 @@ The rule, applied to every HTML page of the built site except Sphinx's generated
   - ``checkpoint_name``, ``checkpoint_name_fwd``, ``name_p``, ``print_saved_residuals``,
     ``Saveable``, ``Recompute`` and ``Offloadable``, bare or after ``jax.ad_checkpoint.``:
     ``api-<name>``;
-  - ``jax.checkpoint``: ``reference-parameters``; ``jax.remat``: ``reference-remat``.
+  - ``jax.checkpoint``: ``reference-parameters``; ``jax.remat``: ``reference-remat``;
+  - each configuration flag whose name holds ``remat`` or ``checkpoint``, such as
+    ``jax_remat3``: ``flag-<name>``;
+  - ``defremat`` and ``defremat_with_logs``, bare or after ``jax.custom_vjp.``:
+    ``custom_vjp-<name>``; ``optimize_remat``: ``custom_vjp-defvjp-optimize_remat``;
+    ``saveable_args``: ``vjp-saveable_args``.
 
 A failure names the page, the literal and the label it should link to.
 """
@@ -73,6 +78,13 @@ def api_spellings() -> dict[str, str]:
         spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
     spellings["jax.checkpoint"] = "reference-parameters"
     spellings["jax.remat"] = "reference-remat"
+    for flag in jax.config.values:
+        if "remat" in flag or "checkpoint" in flag:
+            spellings[flag] = f"flag-{flag}"
+    for name in ("defremat", "defremat_with_logs"):
+        spellings[name] = spellings[f"jax.custom_vjp.{name}"] = f"custom_vjp-{name}"
+    spellings["optimize_remat"] = "custom_vjp-defvjp-optimize_remat"
+    spellings["saveable_args"] = "vjp-saveable_args"
     return spellings
 
 

@@ -38,6 +38,12 @@ def test_checker_passes_a_linked_mention_and_names_an_unlinked_one():
     ("Offloadable", "api-Offloadable"),
     ("jax.checkpoint_policies", "api-checkpoint_policies"),
     ("print_saved_residuals", "api-print_saved_residuals"),
+    ("jax_remat3", "flag-jax_remat3"),
+    ("jax_compiler_enable_remat_pass=False", "flag-jax_compiler_enable_remat_pass"),
+    ("jax.custom_vjp.defremat", "custom_vjp-defremat"),
+    ("defremat_with_logs(fwd, rem, bwd)", "custom_vjp-defremat_with_logs"),
+    ("optimize_remat=True", "custom_vjp-defvjp-optimize_remat"),
+    ("saveable_args=False", "vjp-saveable_args"),
 ])
 def test_spellings_that_name_an_api(text, label):
     assert named_label(text) == label
@@ -46,6 +52,7 @@ def test_spellings_that_name_an_api(text, label):
 @pytest.mark.parametrize("text", [
     "policy", "fun", "policy=None", "jax.grad", "jax.checkpointing", "my_dots_saveable",
     "saved_residuals", "remat_guide.saved_residuals", "x + concrete", "P.dots_saveable",
+    "jax_custom_vjp3", "jax_enable_x64",
 ])
 def test_spellings_that_name_no_api(text):
     assert named_label(text) is None
