@@ -155,6 +155,24 @@ def _equation_label(eqn: Any) -> str:
     return str(eqn.params.get("name", eqn.primitive.name))
 
 
+def _checkpoint_of(eqn: Any) -> tuple[Any, Any, bool] | None:
+    """``(body, policy, prevent_cse)`` if the equation is a ``jax.checkpoint``, else None.
+
+    A checkpoint is a ``remat2`` equation, or under the ``jax_remat3`` flag a
+    ``call_hi_primitive`` equation whose ``_prim`` is a ``RematTraced``.
+    """
+    if eqn.primitive.name == "remat2":
+        body, policy, prevent_cse = (eqn.params[k] for k in ("jaxpr", "policy", "prevent_cse"))
+    elif type(eqn.params.get("_prim")).__name__ == "RematTraced":
+        remat = eqn.params["_prim"]
+        body, policy, prevent_cse = remat.jaxpr, remat.policy, remat.prevent_cse
+    else:
+        return None
+    if len(getattr(body, "jaxpr", body).invars) != len(eqn.invars):
+        return None
+    return body, policy, prevent_cse
+
+
 def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
     """Evaluates a jaxpr, running the body of each ``jit`` call in place of the call."""
     env: dict[Any, Any] = {}
@@ -169,17 +187,16 @@ def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
         if eqn.primitive.name in ("jit", "pjit"):
             inner = eqn.params["jaxpr"]
             outs = _eval_inlined(inner.jaxpr, inner.consts, ins)
-        elif eqn.primitive.name == "remat2":
+        elif (checkpoint := _checkpoint_of(eqn)) is not None:
             # The same checkpoint, with the jit calls of its body inlined too: what it saves
             # is then named by the primitives that compute it, wherever jit was applied.
-            inner = eqn.params["jaxpr"]
+            inner, policy, prevent_cse = checkpoint
             body, body_consts = getattr(inner, "jaxpr", inner), getattr(inner, "consts", ())
 
             def run_body(*values: Any, body: Any = body, body_consts: Any = body_consts) -> Any:
                 return _eval_inlined(body, body_consts, values)
 
-            checkpointed = jax.checkpoint(run_body, prevent_cse=eqn.params["prevent_cse"],
-                                          policy=eqn.params["policy"])
+            checkpointed = jax.checkpoint(run_body, prevent_cse=prevent_cse, policy=policy)
             with eqn.ctx.manager:
                 outs = checkpointed(*ins)
         else:
@@ -198,8 +215,8 @@ def _inlined(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Callab
     A jitted solution shows its ``jax.checkpoint`` inside a ``jit`` call, and a solution
     that checkpoints a jitted function shows a ``jit`` call inside the checkpoint; inlining
     them, at every depth, shows the same structure and the same saved values as the
-    solution without ``jax.jit``. The solution is traced
-    with jit enabled, as it runs, so one that checkpoints only with jit disabled fails.
+    solution without ``jax.jit``. The solution is traced with jit enabled, as it runs,
+    so one that checkpoints only with jit disabled fails.
     """
     closed = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x)
 
@@ -212,13 +229,13 @@ def _inlined(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Callab
 def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Any:
     """The policy of the one ``jax.checkpoint`` that must hold the whole pipeline."""
     eqns = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x).jaxpr.eqns
-    checkpoints = [e for e in eqns if e.primitive.name == "remat2"]
+    checkpoints = [e for e in eqns if _checkpoint_of(e) is not None]
     if not checkpoints:
         raise SolutionError(
             "fn does not use jax.checkpoint: wrap the whole pipeline in jax.checkpoint("
             "..., policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)"
         )
-    outside = [_equation_label(e) for e in eqns if e.primitive.name != "remat2"]
+    outside = [_equation_label(e) for e in eqns if _checkpoint_of(e) is None]
     if len(checkpoints) > 1 or outside:
         detail = f"{', '.join(outside)} run(s) outside it" if outside else (
             f"it is split into {len(checkpoints)} separate checkpoints")
@@ -226,7 +243,7 @@ def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array)
             f"jax.checkpoint wraps only part of the pipeline ({detail}): "
             "wrap all of x @ w1, relu, @ w2, square and sum in one jax.checkpoint"
         )
-    policy = checkpoints[0].params["policy"]
+    _, policy, _ = _checkpoint_of(checkpoints[0])
     if policy is None:
         raise SolutionError(
             "jax.checkpoint has no policy, so the backward pass recomputes both matmuls: "

@@ -413,3 +413,21 @@ def test_a_seed_repeats_the_inputs():
 def test_bad_seeds_are_refused(seed, error, match):
     with pytest.raises(error, match=match):
         check_solution(checkpoint_dot_policy, seed=seed)
+
+
+@pytest.fixture
+def remat3():
+    previous = jax.config.jax_remat3
+    jax.config.update("jax_remat3", True)
+    yield
+    jax.config.update("jax_remat3", previous)
+
+
+def test_under_the_remat3_flag_the_checkpoint_is_found(remat3):
+    # The flag makes jax.checkpoint a call_hi_primitive equation instead of remat2.
+    eqn = jax.make_jaxpr(_PLAIN)(jnp.eye(2), jnp.eye(2), jnp.ones((3, 2))).eqns[0]
+    assert eqn.primitive.name == "call_hi_primitive"
+    assert check_solution(jax.jit(jax.checkpoint(jax.jit(pipeline), policy=POLICY))) is None
+    _reject(jax.checkpoint(_math), "has no policy")
+    _reject(jax.checkpoint(_math, policy=P.dots_saveable), "batch dimensions")
+    _reject(_math, "does not use jax.checkpoint")
