@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import random
+import secrets
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.extend.core as jcore
 import jax.numpy as jnp
+import numpy as np
 
 from remat_guide import _validation as validation
 from remat_guide._labels import policy_label
@@ -16,8 +19,12 @@ from remat_guide.residuals import Residuals, saved_residuals
 
 __all__ = ["SolutionError", "check_solution"]
 
-# (N, d) pairs: N != d in most of them, so a transposed or swapped operand shows.
-_SHAPES = ((6, 4), (3, 5), (8, 8))
+# Each call draws _NUM_SHAPES distinct (N, d) pairs afresh, N and d between _SIZES[0] and
+# _SIZES[1] inclusive, never N == d (so a transposed or swapped operand shows), one with
+# N > d and one with N < d, and fresh values: a solution that is right only for some
+# shapes, or only for the shapes of an earlier call, fails.
+_NUM_SHAPES = 3
+_SIZES = (2, 12)
 _VMAP_BATCH = 2
 _RTOL = 1e-4
 _POLICY = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
@@ -29,31 +36,60 @@ class SolutionError(AssertionError):
 
 # Written out here on purpose, not imported from remat_guide.exercise: the grader checks
 # the package's own solution too, so its reference must not share that solution's code.
-def _reference(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
-    return jnp.sum((jax.nn.relu(x @ w1) @ w2) ** 2)
+# It runs in NumPy, in float64: JAX would compile each operation again for every new shape.
+def _relu(a: np.ndarray) -> np.ndarray:
+    return np.maximum(a, 0.0)
+
+
+def _reference(w1: np.ndarray, w2: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.sum((_relu(x @ w1) @ w2) ** 2)
+
+
+def _reference_gradient(w1: np.ndarray, w2: np.ndarray,
+                        x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gradient of ``_reference`` with respect to ``(w1, w2, x)``, by the chain rule."""
+    h = x @ w1
+    r = _relu(h)
+    dy = 2.0 * (r @ w2)
+    dh = (dy @ w2.T) * (h > 0)
+    return x.T @ dh, r.T @ dy, dh @ w1.T
 
 
 # Common slips, each with the diagnosis shown when a solution's value matches it.
-_SLIPS: tuple[tuple[str, Callable[..., jax.Array]], ...] = (
+_SLIPS: tuple[tuple[str, Callable[..., np.ndarray]], ...] = (
     ("the relu is missing: apply jax.nn.relu to x @ w1",
-     lambda w1, w2, x: jnp.sum((x @ w1 @ w2) ** 2)),
+     lambda w1, w2, x: np.sum((x @ w1 @ w2) ** 2)),
     ("the square is missing: sum (... @ w2) ** 2, not ... @ w2",
-     lambda w1, w2, x: jnp.sum(jax.nn.relu(x @ w1) @ w2)),
+     lambda w1, w2, x: np.sum(_relu(x @ w1) @ w2)),
     ("it takes the mean instead of the sum: use jnp.sum",
-     lambda w1, w2, x: jnp.mean((jax.nn.relu(x @ w1) @ w2) ** 2)),
+     lambda w1, w2, x: np.mean((_relu(x @ w1) @ w2) ** 2)),
     ("w1 is transposed: compute x @ w1, not x @ w1.T",
-     lambda w1, w2, x: jnp.sum((jax.nn.relu(x @ w1.T) @ w2) ** 2)),
+     lambda w1, w2, x: np.sum((_relu(x @ w1.T) @ w2) ** 2)),
     ("w2 is transposed: compute ... @ w2, not ... @ w2.T",
-     lambda w1, w2, x: jnp.sum((jax.nn.relu(x @ w1) @ w2.T) ** 2)),
+     lambda w1, w2, x: np.sum((_relu(x @ w1) @ w2.T) ** 2)),
     ("w1 and w2 are swapped: the first matmul uses w1",
-     lambda w1, w2, x: jnp.sum((jax.nn.relu(x @ w2) @ w1) ** 2)),
+     lambda w1, w2, x: np.sum((_relu(x @ w2) @ w1) ** 2)),
 )
 
 
-def _inputs(seed: int, n: int, d: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(k1, (d, d)), jax.random.normal(k2, (d, d)),
-            jax.random.normal(k3, (n, d)))
+def _draw_shapes(rng: random.Random) -> list[tuple[int, int]]:
+    """``_NUM_SHAPES`` distinct ``(N, d)`` pairs with N != d: one N > d, one N < d, in random order."""
+    low, high = _SIZES
+    small, large = sorted(rng.sample(range(low, high + 1), 2))
+    shapes = [(large, small)]  # N > d
+    small, large = sorted(rng.sample(range(low, high + 1), 2))
+    shapes.append((small, large))  # N < d
+    while len(shapes) < _NUM_SHAPES:
+        n, d = rng.sample(range(low, high + 1), 2)
+        if (n, d) not in shapes:
+            shapes.append((n, d))
+    rng.shuffle(shapes)
+    return shapes
+
+
+def _inputs(rng: np.random.Generator, n: int, d: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return tuple(jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+                 for shape in ((d, d), (d, d), (n, d)))
 
 
 def _shapes_text(w1: jax.Array, x: jax.Array) -> str:
@@ -74,8 +110,15 @@ def _call(what: str, thunk: Callable[[], Any], w1: jax.Array, x: jax.Array) -> A
         ) from error
 
 
-def _close(a: jax.Array, b: jax.Array) -> bool:
-    return bool(jnp.allclose(a, b, rtol=_RTOL, atol=_RTOL * float(jnp.abs(b).max())))
+def _float64(*arrays: jax.Array) -> list[np.ndarray]:
+    return [np.asarray(a, dtype=np.float64) for a in arrays]
+
+
+def _close(a: Any, b: np.ndarray) -> bool:
+    """Whether ``a`` matches ``b`` (float64) to float32 accuracy, in NumPy: no compile per shape."""
+    a, = _float64(a)
+    return a.shape == b.shape and bool(
+        np.allclose(a, b, rtol=_RTOL, atol=_RTOL * float(np.abs(b).max(initial=0.0))))
 
 
 def _check_value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> None:
@@ -86,11 +129,12 @@ def _check_value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> No
         raise SolutionError(
             f"fn returned an array of shape {out.shape}; expected a scalar (the sum of all entries)"
         )
-    expected = _reference(w1, w2, x)
+    inputs = _float64(w1, w2, x)
+    expected = _reference(*inputs)
     if _close(out, expected):
         return
     for diagnosis, slip in _SLIPS:
-        if _close(out, slip(w1, w2, x)):
+        if _close(out, slip(*inputs)):
             raise SolutionError(f"wrong value: {diagnosis}")
     raise SolutionError(
         f"wrong value: fn returned {float(out):.6g}, expected {float(expected):.6g} "
@@ -101,7 +145,7 @@ def _check_value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> No
 def _check_gradient(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> None:
     grad = jax.jit(jax.grad(fn, argnums=(0, 1, 2)))
     got = _call("jax.jit(jax.grad(fn))", lambda: grad(w1, w2, x), w1, x)
-    expected = jax.grad(_reference, argnums=(0, 1, 2))(w1, w2, x)
+    expected = _reference_gradient(*_float64(w1, w2, x))
     for name, g, e in zip(("w1", "w2", "x"), got, expected):
         if not _close(g, e):
             raise SolutionError(f"the gradient with respect to {name} is wrong")
@@ -109,6 +153,24 @@ def _check_gradient(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) ->
 
 def _equation_label(eqn: Any) -> str:
     return str(eqn.params.get("name", eqn.primitive.name))
+
+
+def _checkpoint_of(eqn: Any) -> tuple[Any, Any, bool] | None:
+    """``(body, policy, prevent_cse)`` if the equation is a ``jax.checkpoint``, else None.
+
+    A checkpoint is a ``remat2`` equation, or under the ``jax_remat3`` flag a
+    ``call_hi_primitive`` equation whose ``_prim`` is a ``RematTraced``.
+    """
+    if eqn.primitive.name == "remat2":
+        body, policy, prevent_cse = (eqn.params[k] for k in ("jaxpr", "policy", "prevent_cse"))
+    elif type(eqn.params.get("_prim")).__name__ == "RematTraced":
+        remat = eqn.params["_prim"]
+        body, policy, prevent_cse = remat.jaxpr, remat.policy, remat.prevent_cse
+    else:
+        return None
+    if len(getattr(body, "jaxpr", body).invars) != len(eqn.invars):
+        return None
+    return body, policy, prevent_cse
 
 
 def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
@@ -125,6 +187,18 @@ def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
         if eqn.primitive.name in ("jit", "pjit"):
             inner = eqn.params["jaxpr"]
             outs = _eval_inlined(inner.jaxpr, inner.consts, ins)
+        elif (checkpoint := _checkpoint_of(eqn)) is not None:
+            # The same checkpoint, with the jit calls of its body inlined too: what it saves
+            # is then named by the primitives that compute it, wherever jit was applied.
+            inner, policy, prevent_cse = checkpoint
+            body, body_consts = getattr(inner, "jaxpr", inner), getattr(inner, "consts", ())
+
+            def run_body(*values: Any, body: Any = body, body_consts: Any = body_consts) -> Any:
+                return _eval_inlined(body, body_consts, values)
+
+            checkpointed = jax.checkpoint(run_body, prevent_cse=prevent_cse, policy=policy)
+            with eqn.ctx.manager:
+                outs = checkpointed(*ins)
         else:
             with eqn.ctx.manager:  # as jax.core.eval_jaxpr binds an equation
                 outs = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
@@ -138,9 +212,11 @@ def _eval_inlined(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
 def _inlined(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Callable:
     """``fn`` as traced at these shapes, with its ``jax.jit`` calls inlined.
 
-    A jitted solution shows its ``jax.checkpoint`` inside a ``jit`` call; inlining it
-    shows the same structure as the solution without ``jax.jit``. The solution is traced
-    with jit enabled, as it runs, so one that checkpoints only with jit disabled fails.
+    A jitted solution shows its ``jax.checkpoint`` inside a ``jit`` call, and a solution
+    that checkpoints a jitted function shows a ``jit`` call inside the checkpoint; inlining
+    them, at every depth, shows the same structure and the same saved values as the
+    solution without ``jax.jit``. The solution is traced with jit enabled, as it runs,
+    so one that checkpoints only with jit disabled fails.
     """
     closed = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x)
 
@@ -153,13 +229,13 @@ def _inlined(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Callab
 def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> Any:
     """The policy of the one ``jax.checkpoint`` that must hold the whole pipeline."""
     eqns = _call("jax.make_jaxpr(fn)", lambda: jax.make_jaxpr(fn)(w1, w2, x), w1, x).jaxpr.eqns
-    checkpoints = [e for e in eqns if e.primitive.name == "remat2"]
+    checkpoints = [e for e in eqns if _checkpoint_of(e) is not None]
     if not checkpoints:
         raise SolutionError(
             "fn does not use jax.checkpoint: wrap the whole pipeline in jax.checkpoint("
             "..., policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)"
         )
-    outside = [_equation_label(e) for e in eqns if e.primitive.name != "remat2"]
+    outside = [_equation_label(e) for e in eqns if _checkpoint_of(e) is None]
     if len(checkpoints) > 1 or outside:
         detail = f"{', '.join(outside)} run(s) outside it" if outside else (
             f"it is split into {len(checkpoints)} separate checkpoints")
@@ -167,7 +243,7 @@ def _checkpoint_policy(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array)
             f"jax.checkpoint wraps only part of the pipeline ({detail}): "
             "wrap all of x @ w1, relu, @ w2, square and sum in one jax.checkpoint"
         )
-    policy = checkpoints[0].params["policy"]
+    _, policy, _ = _checkpoint_of(checkpoints[0])
     if policy is None:
         raise SolutionError(
             "jax.checkpoint has no policy, so the backward pass recomputes both matmuls: "
@@ -202,7 +278,8 @@ def _check_saved(fn: Callable, policy: Any, w1: jax.Array, w2: jax.Array, x: jax
             f"{_summary(Residuals(computed))} besides the inputs): use "
             "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"
         )
-    batched = [jnp.stack([a] * _VMAP_BATCH) for a in (w1, w2, x)]
+    # Only traced, never run: shapes are enough (stacking arrays would compile for each shape).
+    batched = [jax.ShapeDtypeStruct((_VMAP_BATCH, *a.shape), a.dtype) for a in (w1, w2, x)]
     under_vmap = _call("saved_residuals(jax.vmap(fn))",
                        lambda: saved_residuals(jax.vmap(fn), *batched), w1, x)
     if len(under_vmap) != 3:
@@ -218,26 +295,33 @@ def _check_saved(fn: Callable, policy: Any, w1: jax.Array, w2: jax.Array, x: jax
         )
 
 
-def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]) -> None:
+def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array], *,
+                   seed: int | None = None) -> None:
     """Grades a solution of the exercise: ``fn(w1, w2, x)``.
 
     A correct solution computes ``sum((relu(x @ w1) @ w2) ** 2)`` for ``(d, d)`` weights
     and ``(N, d)`` inputs, with the whole computation inside one ``jax.checkpoint``
-    whose policy is ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``. Its
-    value and gradient are compared with a reference on several random shapes, and what
-    its backward pass keeps is checked too, because every policy gives the same numbers.
-    The structure is read from ``fn`` as ``jax.jit`` traces it (calls to ``jax.jit``
-    inside are looked through), never under ``jax.disable_jit``: a solution that
-    checkpoints only when jit is disabled fails.
+    whose policy is ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``. Each
+    call draws new inputs: three different shapes with N and d between 2 and 12 and
+    ``N != d`` (at least one with ``N > d`` and one with ``N < d``), filled with random
+    normal values. On each, the value and the gradient are compared with a reference,
+    and what the backward pass keeps is checked too, because every policy gives the
+    same numbers. The structure is read from ``fn`` as ``jax.jit`` traces it (calls to
+    ``jax.jit``, outside the checkpoint or inside it, are looked through), never under
+    ``jax.disable_jit``: a solution that checkpoints only when jit is disabled fails.
 
     Args:
         fn: The solution, called as ``fn(w1, w2, x)``.
+        seed: ``None`` (the default) draws the shapes and values from a fresh random
+            seed on every call. A non-negative int draws the same ones on every call
+            with that seed, to repeat a failure.
 
     Returns:
         None when the solution is correct.
 
     Raises:
-        TypeError: If ``fn`` is not callable.
+        TypeError: If ``fn`` is not callable or ``seed`` is neither None nor an int.
+        ValueError: If ``seed`` is negative.
         SolutionError: If the solution is wrong; the message says what to change.
 
     Examples:
@@ -251,10 +335,28 @@ def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array]) -
         Traceback (most recent call last):
         ...
         remat_guide.grader.SolutionError: fn does not use jax.checkpoint: ...
+
+        A message that names shapes names the ones of this call; ``seed`` repeats them:
+
+        >>> def no_sum(w1, w2, x):
+        ...     return (jax.nn.relu(x @ w1) @ w2) ** 2
+        >>> check_solution(no_sum, seed=0)
+        Traceback (most recent call last):
+        ...
+        remat_guide.grader.SolutionError: fn returned an array of shape (12, 8); expected a scalar ...
+        >>> check_solution(no_sum, seed=0)
+        Traceback (most recent call last):
+        ...
+        remat_guide.grader.SolutionError: fn returned an array of shape (12, 8); expected a scalar ...
     """
     validation.callable_arg(fn, "fn")
-    for seed, (n, d) in enumerate(_SHAPES):
-        w1, w2, x = _inputs(seed, n, d)
+    if seed is not None:
+        seed = validation.integer(seed, "seed", minimum=0)
+    else:
+        seed = secrets.randbits(64)
+    values = np.random.default_rng(seed)
+    for n, d in _draw_shapes(random.Random(seed)):
+        w1, w2, x = _inputs(values, n, d)
         _check_value(fn, w1, w2, x)
         _check_gradient(fn, w1, w2, x)
         # The structure is read from fn as jit traces it, with its jit calls inlined.

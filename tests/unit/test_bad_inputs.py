@@ -387,6 +387,8 @@ CASES = {
     "check_solution": [
         ("fn not callable", lambda: check_solution("solution"), TypeError, "fn"),
         ("fn None", lambda: check_solution(None), TypeError, "fn"),
+        ("seed a str", lambda: check_solution(checkpoint_dot_policy, seed="0"), TypeError, "seed"),
+        ("seed negative", lambda: check_solution(checkpoint_dot_policy, seed=-1), ValueError, "seed"),
     ],
     "Residual": [
         ("negative dimension", lambda: Residual((-2, 3), np.dtype(F32), "primitive", "sin"), ValueError, "shape"),

@@ -3,13 +3,19 @@
 import functools
 
 import jax
+import jax.ad_checkpoint
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
-from remat_guide import SolutionError, check_solution, checkpoint_dot_policy
+from remat_guide import SolutionError, check_solution, checkpoint_dot_policy, grader
+from remat_guide.exercise import pipeline
 
 P = jax.checkpoint_policies
+POLICY = P.dots_with_no_batch_dims_saveable
+# The shapes the grader used to try on every call, always the same ones.
+OLD_SHAPES = ((6, 4), (3, 5), (8, 8))
 
 
 def _math(w1, w2, x):
@@ -34,6 +40,30 @@ def _transposed_operands(w1, w2, x):
     return jnp.sum((w2.T @ h.T) ** 2)
 
 
+@functools.partial(jax.checkpoint, policy=POLICY)
+def _decorated_at_top(w1, w2, x):
+    return _math(w1, w2, x)
+
+
+@functools.partial(jax.remat, policy=jax.ad_checkpoint.checkpoint_policies.dots_with_no_batch_dims_saveable)
+def _remat_decorated(w1, w2, x):
+    return _math(w1, w2, x)
+
+
+class _CallableSolution:
+    def __init__(self):
+        self.checkpointed = jax.checkpoint(pipeline, policy=POLICY)
+
+    def __call__(self, w1, w2, x):
+        return self.checkpointed(w1, w2, x)
+
+
+def _with_policy(w1, w2, x, *, policy):
+    return jax.checkpoint(_math, policy=policy)(w1, w2, x)
+
+
+_PLAIN = jax.checkpoint(_math, policy=POLICY)
+
 CORRECT = {
     "reference implementation": checkpoint_dot_policy,
     "plain jax.checkpoint": _checkpointed(P.dots_with_no_batch_dims_saveable),
@@ -42,6 +72,23 @@ CORRECT = {
     "decorator with maximum/square/dot": _decorated,
     "transposed formulation": jax.checkpoint(_transposed_operands, policy=P.dots_with_no_batch_dims_saveable),
     "jitted solution": jax.jit(_checkpointed(P.dots_with_no_batch_dims_saveable)),
+    "jit inside the checkpoint": jax.checkpoint(jax.jit(pipeline), policy=POLICY),
+    "jit inside and outside": jax.jit(jax.checkpoint(jax.jit(pipeline), policy=POLICY)),
+    "nested jit outside": jax.jit(jax.jit(jax.checkpoint(pipeline, policy=POLICY))),
+    "nested jit inside": jax.checkpoint(jax.jit(jax.jit(pipeline)), policy=POLICY),
+    "jitted matmuls inside": jax.checkpoint(
+        lambda w1, w2, x: jnp.sum(jax.jit(jnp.matmul)(jax.nn.relu(jax.jit(jnp.matmul)(x, w1)), w2) ** 2),
+        policy=POLICY),
+    "functools.partial binding the policy": functools.partial(_with_policy, policy=POLICY),
+    "decorator at the top level": _decorated_at_top,
+    "jax.remat decorator, policy from jax.ad_checkpoint": _remat_decorated,
+    "jax.ad_checkpoint.checkpoint_policies": jax.checkpoint(
+        _math, policy=jax.ad_checkpoint.checkpoint_policies.dots_with_no_batch_dims_saveable),
+    "lambda": lambda w1, w2, x: jax.checkpoint(pipeline, policy=POLICY)(w1, w2, x),
+    "callable object": _CallableSolution(),
+    "keyword arguments into the checkpoint": lambda w1, w2, x: _PLAIN(w1=w1, w2=w2, x=x),
+    "*args and **kwargs": lambda *args, **kwargs: _PLAIN(*args, **kwargs),
+    "jit of keyword call": jax.jit(lambda w1, w2, x: _PLAIN(x=x, w2=w2, w1=w1)),
     "einsum": jax.checkpoint(
         lambda w1, w2, x: jnp.einsum("nd,de->ne", jax.nn.relu(jnp.einsum("nd,de->ne", x, w1)), w2).__pow__(2).sum(),
         policy=P.dots_with_no_batch_dims_saveable,
@@ -140,8 +187,20 @@ def test_wrong_math_messages_are_distinct():
     assert len(messages) == len(WRONG_MATH)
 
 
+def _recording(fn, calls):
+    """``fn``, recording the inputs of each call that runs it on arrays (not while tracing)."""
+    def recorded(w1, w2, x):
+        if not isinstance(x, jax.core.Tracer):
+            calls.append(tuple(np.array(a) for a in (w1, w2, x)))
+        return fn(w1, w2, x)
+
+    return recorded
+
+
 def test_rejects_non_scalar_result():
-    _reject(lambda w1, w2, x: (jax.nn.relu(x @ w1) @ w2) ** 2, "expected a scalar", "shape (6, 4)")
+    calls = []
+    message = _reject(_recording(lambda w1, w2, x: (jax.nn.relu(x @ w1) @ w2) ** 2, calls), "expected a scalar")
+    assert f"array of shape {calls[0][2].shape}" in message
 
 
 def test_rejects_non_array_result():
@@ -152,7 +211,9 @@ def test_rejects_function_that_raises():
     def broken(w1, w2, x):
         raise RuntimeError("not implemented yet")
 
-    _reject(broken, "raised RuntimeError: not implemented yet", "shape (4, 4)")
+    calls = []
+    message = _reject(_recording(broken, calls), "raised RuntimeError: not implemented yet")
+    assert f"on w1, w2 of shape {calls[0][0].shape} and x of shape {calls[0][2].shape}" in message
 
 
 def test_rejects_function_that_fails_only_when_traced():
@@ -220,3 +281,153 @@ def test_rejects_a_solution_that_checkpoints_only_when_jit_is_disabled():
 def test_looks_through_nested_jit_calls():
     inner = jax.jit(_checkpointed(P.dots_with_no_batch_dims_saveable))
     assert check_solution(jax.jit(lambda w1, w2, x: inner(w1, w2, x))) is None
+
+
+# Wrong solutions stay wrong however jax.jit is applied around or inside the checkpoint.
+WRONG_UNDER_JIT = {
+    "no policy": (jax.jit(jax.checkpoint(jax.jit(_math))), ("has no policy",)),
+    "everything_saveable": (jax.checkpoint(jax.jit(_math), policy=P.everything_saveable),
+                            ("everything_saveable", "saves values other than")),
+    "nothing_saveable": (jax.jit(jax.checkpoint(jax.jit(_math), policy=P.nothing_saveable)),
+                         ("does not save the two matmul outputs",)),
+    "dots_saveable": (jax.checkpoint(jax.jit(jax.jit(_math)), policy=P.dots_saveable), ("batch dimensions",)),
+    "sum outside": (jax.jit(lambda w1, w2, x: jnp.sum(jax.checkpoint(
+        jax.jit(lambda w1, w2, x: (jax.nn.relu(x @ w1) @ w2) ** 2), policy=POLICY)(w1, w2, x))),
+        ("only part of the pipeline", "reduce_sum")),
+    "wrong math": (jax.checkpoint(jax.jit(lambda w1, w2, x: jnp.sum((x @ w1 @ w2) ** 2)), policy=POLICY),
+                   ("relu is missing",)),
+}
+
+
+@pytest.mark.parametrize("fn, fragments", WRONG_UNDER_JIT.values(), ids=WRONG_UNDER_JIT.keys())
+def test_rejections_survive_jit_inside_and_outside(fn, fragments):
+    _reject(fn, *fragments)
+
+
+def _right_only_for(shapes):
+    """Checkpointed like a correct solution, but right only for inputs ``x`` of these shapes."""
+    def body(w1, w2, x):
+        value = _math(w1, w2, x)
+        return value if tuple(x.shape) in shapes else 0.0 * value
+
+    return jax.checkpoint(body, policy=POLICY)
+
+
+def test_rejects_a_solution_right_only_for_the_old_fixed_shapes(monkeypatch):
+    cached = _right_only_for(OLD_SHAPES)
+    _reject(cached, "wrong value: fn returned 0, expected")
+    # With the shapes the grader used to try, the same solution passed: the test means something.
+    monkeypatch.setattr(grader, "_draw_shapes", lambda rng: list(OLD_SHAPES))
+    assert check_solution(cached) is None
+
+
+def test_rejects_a_solution_right_only_for_the_shapes_of_its_first_call():
+    first = []
+
+    def first_shape_only(w1, w2, x):
+        first.append(tuple(x.shape))
+        value = _math(w1, w2, x)
+        return value if tuple(x.shape) == first[0] else 0.0 * value
+
+    _reject(jax.checkpoint(first_shape_only, policy=POLICY), "wrong value: fn returned 0")
+    assert len(set(first)) > 1  # one grading already tries several shapes
+
+
+def test_rejects_a_solution_right_only_for_the_shapes_of_an_earlier_grading():
+    calls = []
+    check_solution(_recording(checkpoint_dot_policy, calls))
+    seen = {x.shape for _, _, x in calls}
+    assert len(seen) == grader._NUM_SHAPES
+    # Right for every shape the first grading tried; a second grading draws new ones.
+    _reject(_right_only_for(seen), "wrong value: fn returned 0")
+
+
+def _fails_at_once(calls):
+    # Records the first inputs of a grading, then fails its value check at once (cheap).
+    return _recording(lambda w1, w2, x: jnp.zeros(()), calls)
+
+
+def test_each_call_draws_new_shapes():
+    first_shapes = set()
+    for _ in range(6):
+        calls = []
+        with pytest.raises(SolutionError):
+            check_solution(_fails_at_once(calls))
+        first_shapes.add(calls[0][2].shape)
+    assert len(first_shapes) > 1
+
+
+def test_each_call_draws_new_values(monkeypatch):
+    monkeypatch.setattr(grader, "_draw_shapes", lambda rng: [(5, 3), (3, 5), (4, 2)])
+    calls = []
+    for _ in range(2):
+        with pytest.raises(SolutionError):
+            check_solution(_fails_at_once(calls))
+    (w1_a, w2_a, x_a), (w1_b, w2_b, x_b) = calls
+    assert x_a.shape == x_b.shape == (5, 3)
+    assert not np.array_equal(x_a, x_b) and not np.array_equal(w1_a, w1_b)
+
+
+def test_one_grading_tries_distinct_shapes_with_n_different_from_d():
+    calls = []
+    check_solution(_recording(checkpoint_dot_policy, calls))
+    shapes = list(dict.fromkeys(x.shape for _, _, x in calls))  # in the order tried
+    low, high = grader._SIZES
+    assert len(shapes) == grader._NUM_SHAPES
+    assert all(low <= size <= high for shape in shapes for size in shape)
+    assert all(n != d for n, d in shapes)
+    assert any(n > d for n, d in shapes) and any(n < d for n, d in shapes)
+    for w1, w2, x in calls:
+        d = x.shape[1]
+        assert w1.shape == w2.shape == (d, d) and not np.array_equal(w1, w1.T)
+
+
+def test_draws_are_always_valid():
+    import random
+
+    for seed in range(500):
+        shapes = grader._draw_shapes(random.Random(seed))
+        assert len(set(shapes)) == len(shapes) == grader._NUM_SHAPES
+        assert all(n != d for n, d in shapes)
+        assert any(n > d for n, d in shapes) and any(n < d for n, d in shapes)
+
+
+def test_a_seed_repeats_the_inputs():
+    def inputs(seed):
+        calls = []
+        with pytest.raises(SolutionError):
+            check_solution(_fails_at_once(calls), seed=seed)
+        return calls[0]
+
+    same_a, same_b, other = inputs(7), inputs(7), inputs(8)
+    assert all(np.array_equal(a, b) for a, b in zip(same_a, same_b))
+    assert not all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(same_a, other))
+
+
+@pytest.mark.parametrize("seed, error, match", [
+    ("3", TypeError, "seed must be an int, got str"),
+    (True, TypeError, "seed must be an int, got bool"),
+    (1.5, TypeError, "seed must be an int, got float"),
+    (-1, ValueError, "seed must be at least 0, got -1"),
+])
+def test_bad_seeds_are_refused(seed, error, match):
+    with pytest.raises(error, match=match):
+        check_solution(checkpoint_dot_policy, seed=seed)
+
+
+@pytest.fixture
+def remat3():
+    previous = jax.config.jax_remat3
+    jax.config.update("jax_remat3", True)
+    yield
+    jax.config.update("jax_remat3", previous)
+
+
+def test_under_the_remat3_flag_the_checkpoint_is_found(remat3):
+    # The flag makes jax.checkpoint a call_hi_primitive equation instead of remat2.
+    eqn = jax.make_jaxpr(_PLAIN)(jnp.eye(2), jnp.eye(2), jnp.ones((3, 2))).eqns[0]
+    assert eqn.primitive.name == "call_hi_primitive"
+    assert check_solution(jax.jit(jax.checkpoint(jax.jit(pipeline), policy=POLICY))) is None
+    _reject(jax.checkpoint(_math), "has no policy")
+    _reject(jax.checkpoint(_math, policy=P.dots_saveable), "batch dimensions")
+    _reject(_math, "does not use jax.checkpoint")
