@@ -102,7 +102,10 @@ def test_items_cover_custom_rules_transforms_and_flags():
 
 
 def test_an_injected_flag_is_named(monkeypatch):
-    monkeypatch.setitem(jax.config.values, "jax_fake_remat_knob", False)
+    # jax.config.values builds a new dict at each read, so the property itself is replaced.
+    real = jax.config.values
+    monkeypatch.setattr(type(jax.config), "values",
+                        property(lambda self: {**real, "jax_fake_remat_knob": False}))
     missing = coverage.undocumented(reference_labels())
     assert [(item.label, item.qualname) for item in missing] == [
         ("flag-jax_fake_remat_knob", "jax.config.jax_fake_remat_knob")]
@@ -162,20 +165,34 @@ def test_the_sphinx_hook_warns_once_per_missing_item(monkeypatch, caplog):
     assert "(policy-fake_policy_for_test)=" in warnings[0]
 
 
-def test_a_sphinx_build_names_a_fake_policy(monkeypatch, tmp_path):
+def _inject_policy(monkeypatch):
+    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
+                        raising=False)
+    return "jax.checkpoint_policies.fake_policy_for_test"
+
+
+def _inject_flag(monkeypatch):
+    real = jax.config.values
+    monkeypatch.setattr(type(jax.config), "values",
+                        property(lambda self: {**real, "jax_fake_remat_knob": False}))
+    return "jax.config.jax_fake_remat_knob"
+
+
+@pytest.mark.parametrize("inject", [_inject_policy, _inject_flag], ids=["policy", "flag"])
+def test_a_sphinx_build_names_the_injected_item_and_fails_under_w(monkeypatch, tmp_path, inject):
     """The extension, loaded by a real Sphinx build, warns about the one undocumented item.
 
     The project defines a section for every item of the installed JAX (from ``api_items()``,
-    before the fake policy exists), so the only warning can be the fake policy's: the
-    build tests the extension, while the pages' coverage is the first test of this file.
+    before the fake item exists), so the only warning can be the fake item's: the build
+    tests the extension, while the pages' coverage is the first test of this file. With
+    ``-W`` (warnings as errors, as ``make html`` builds) the build stops on it.
     """
     import io
 
     from sphinx.application import Sphinx
 
     real = sorted(item.label for item in coverage.api_items())
-    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
-                        raising=False)
+    injected = inject(monkeypatch)
     src = tmp_path / "src"
     src.mkdir()
     conf = f'import sys\nsys.path.insert(0, {str(EXT)!r})\nextensions = ["api_coverage"]\n'
@@ -189,4 +206,8 @@ def test_a_sphinx_build_names_a_fake_policy(monkeypatch, tmp_path):
     app.build()
     reported = [line for line in warnings.getvalue().splitlines() if "is not documented" in line]
     assert len(reported) == 1, warnings.getvalue()
-    assert "jax.checkpoint_policies.fake_policy_for_test" in reported[0]
+    assert f"{injected} is not documented" in reported[0]
+    strict = Sphinx(str(src), str(src), str(tmp_path / "strict"), str(tmp_path / "strict-doctrees"),
+                    "dummy", status=None, warning=io.StringIO(), freshenv=True, warningiserror=True)
+    strict.build()
+    assert strict.statuscode != 0
