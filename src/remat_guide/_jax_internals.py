@@ -22,7 +22,7 @@ REQUIRED = {
 
 Two more internals are read as attributes, not called: a scan equation's ``ft_in``
 parameter (:func:`scan_operands`, which raises a ValueError naming it when it is missing)
-and a ``Traceback``'s ``frames`` (:func:`traceback_frames`)."""
+and a ``Traceback``'s ``frames`` (``traceback_frames``)."""
 
 
 def hlo_flops(hlo_text: str) -> float:
