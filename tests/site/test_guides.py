@@ -58,11 +58,23 @@ def test_sharded_page_runs_on_eight_devices_and_shows_its_tables(built_page):
     text = page_text(page)
     assert "on cpu with 8 devices" in text
     assert page.count('class="remat-table') >= 3  # policies, pieces, meshes
-    assert text.count("residuals per device (MiB)") == 2 and "P(None, 'data', 'model')" in text
+    assert text.count("residuals per device (MiB)") == 4 and "P(None, 'data', 'model')" in text
     assert len(set(re.findall(r"_images/[0-9a-f]+\.(?:png|svg)", page))) == 1
     on_8 = table_with(page, "policy", "CPU x 8: temp (MiB)", "TPU v5e 2x4: peak (MiB)")
     assert [row["policy"] for row in on_8][-1] == "offload: mlp_hidden"
     assert [row["H100: host (MiB)"] != "0.00" for row in on_8] == [False] * (len(on_8) - 1) + [True]
+    # jax.checkpoint inside shard_map: the collectives each policy runs
+    in_shard_map = table_with(page, "layout", "policy", "residuals per device (MiB)",
+                              "temp per device (MiB)", "FLOPs vs no checkpoint", "dot",
+                              "collectives")
+    assert [row["collectives"] for row in in_shard_map] == [
+        "7 all-reduce", "11 all-reduce", "11 all-reduce", "7 all-reduce",
+        "8 all-gather, 8 reduce-scatter", "16 all-gather, 8 reduce-scatter",
+        "15 all-gather, 8 reduce-scatter", "8 all-gather, 8 reduce-scatter"]
+    assert "every gradient equal to no checkpoint's, bit for bit: True" in text
+    placements = table_with(page, "layout", "checkpoint", "residuals per device (MiB)")
+    assert [row["checkpoint"] for row in placements][:4] == [
+        "none", "inside, each layer", "outside, each layer", "outside, whole model"]
 
 
 def _outputs(page_html, kind):
