@@ -64,3 +64,31 @@ def test_parameter_page_shows_each_error_it_describes(pages):
     assert "jax_remat3 afterwards: False" in text
     assert "only in jax.checkpoint: ['static_argnames']" in text
     assert "no optimization_barrier" in text
+
+
+def test_custom_rules_page_shows_the_flags_it_describes(pages):
+    text = page_text(pages["custom_rules"])
+    assert "NotImplementedError: custom_vjp.defremat requires the jax_custom_vjp3" in text
+    assert "runs, gradient right" in text
+    assert "kernel in backward" in text and "eval_jaxpr" in text  # optimize_remat
+    assert "0x" not in text
+
+
+def test_differentiation_page_compares_the_releases_and_argnums(pages):
+    text = page_text(pages["differentiation"])
+    assert "has_aux, reduce_axes, saveable_args, in_nzs" in text
+    assert "raises NotImplementedError" in text
+    assert "NotSaveable" in text
+
+
+def test_compiler_remat_page_shows_the_option_and_the_plans(pages):
+    text = page_text(pages["compiler_remat"])
+    assert "flag False -> xla_disable_hlo_passes = 'rematerialization'" in text
+    assert "H100, no checkpoint, pass off" in text
+    assert "RESOURCE_EXHAUSTED" in text
+
+
+def test_remat3_page_lists_what_a_policy_is_asked(pages):
+    text = page_text(pages["remat3"])
+    assert "dot_general" in text and "conv_general_dilated" in text
+    assert "call_hi_primitive" in text
