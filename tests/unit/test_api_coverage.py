@@ -59,9 +59,22 @@ def test_a_parameter_that_jax_does_not_have_is_not_an_item(monkeypatch):
     assert labels == ["param-fun", "param-prevent_cse", "param-policy", "param-static_argnums"]
 
 
-def test_a_fake_policy_is_named(monkeypatch):
+def _inject_policy(monkeypatch):
     monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
                         raising=False)
+    return "jax.checkpoint_policies.fake_policy_for_test"
+
+
+def _inject_flag(monkeypatch):
+    # jax.config.values builds a new dict at each read, so the property itself is replaced.
+    real = jax.config.values
+    monkeypatch.setattr(type(jax.config), "values",
+                        property(lambda self: {**real, "jax_fake_remat_knob": False}))
+    return "jax.config.jax_fake_remat_knob"
+
+
+def test_a_fake_policy_is_named(monkeypatch):
+    _inject_policy(monkeypatch)
     missing = coverage.undocumented(reference_labels())
     assert [item.qualname for item in missing] == ["jax.checkpoint_policies.fake_policy_for_test"]
 
@@ -102,10 +115,7 @@ def test_items_cover_custom_rules_transforms_and_flags():
 
 
 def test_an_injected_flag_is_named(monkeypatch):
-    # jax.config.values builds a new dict at each read, so the property itself is replaced.
-    real = jax.config.values
-    monkeypatch.setattr(type(jax.config), "values",
-                        property(lambda self: {**real, "jax_fake_remat_knob": False}))
+    _inject_flag(monkeypatch)
     missing = coverage.undocumented(reference_labels())
     assert [(item.label, item.qualname) for item in missing] == [
         ("flag-jax_fake_remat_knob", "jax.config.jax_fake_remat_knob")]
@@ -163,19 +173,6 @@ def test_the_sphinx_hook_warns_once_per_missing_item(monkeypatch, caplog):
     assert len(warnings) == 1
     assert "jax.checkpoint_policies.fake_policy_for_test is not documented" in warnings[0]
     assert "(policy-fake_policy_for_test)=" in warnings[0]
-
-
-def _inject_policy(monkeypatch):
-    monkeypatch.setattr(jax.checkpoint_policies, "fake_policy_for_test", lambda *_, **__: True,
-                        raising=False)
-    return "jax.checkpoint_policies.fake_policy_for_test"
-
-
-def _inject_flag(monkeypatch):
-    real = jax.config.values
-    monkeypatch.setattr(type(jax.config), "values",
-                        property(lambda self: {**real, "jax_fake_remat_knob": False}))
-    return "jax.config.jax_fake_remat_knob"
 
 
 @pytest.mark.parametrize("inject", [_inject_policy, _inject_flag], ids=["policy", "flag"])
