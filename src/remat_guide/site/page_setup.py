@@ -14,10 +14,11 @@ PLOT_STYLE = {
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
-    "font.size": 11,
-    "legend.fontsize": 10,
+    # Type that stays legible when a phone shrinks the figure to its width (about 0.6x).
+    "font.size": 12,
+    "legend.fontsize": 11,
     "legend.frameon": False,
-    "figure.figsize": (8, 4.5),
+    "figure.figsize": (6.4, 4.4),
 }
 
 
