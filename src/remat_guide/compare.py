@@ -26,7 +26,12 @@ from remat_guide._measure import (
 from remat_guide.tables import Table
 from remat_guide.targets import target
 
+#: The caption of a comparison whose two FLOP counts differ.
+LOOP_CAPTION = ("XLA-reported FLOPs count a loop's body once; true FLOPs count every "
+                "iteration (remat_guide.count_flops).")
+
 __all__ = [
+    "LOOP_CAPTION",
     "BASELINE",
     "CHECKPOINTED_BASELINE",
     "STANDARD_POLICIES",
@@ -178,6 +183,9 @@ class Comparison(list[PolicyRow]):
     def table(self) -> Table:
         """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units.
 
+        Where XLA's own FLOP count differs from the true one (a loop's body counted once),
+        the table's caption says why.
+
         The ratio's header names the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
         loss_for(None)`` when the rows hold a baseline labelled so.
         """
@@ -197,7 +205,9 @@ class Comparison(list[PolicyRow]):
                      "FLOPs (CPU program)": "flops", ratio: "ratio"}
             if frame["target"].nunique() == 1:
                 frame = frame.drop(columns="target")
-        return Table(frame, units=units)
+            return Table(frame, units=units)
+        differ = any(row.reported_flops != row.flops for row in self)
+        return Table(frame, units=units, caption=LOOP_CAPTION if differ else None)
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
@@ -505,7 +515,9 @@ def policy_table(rows: Iterable[PolicyRow]) -> Table:
         ['policy', 'residuals', 'XLA temp', 'true FLOPs', 'XLA-reported FLOPs', 'FLOPs vs no checkpoint']
         >>> "residuals (MiB)" in str(table) and "true FLOPs (GFLOP)" in str(table)
         True
-        >>> str(table).splitlines()[2].split()
+        >>> table.caption  # the true count differs from XLA's, which skips loop iterations
+        "XLA-reported FLOPs count a loop's body once; true FLOPs count every iteration (remat_guide.count_flops)."
+        >>> str(table).splitlines()[3].split()
         ['no', 'checkpoint', '1.00', '3.00', '4.00', '1.00', '1.000×']
     """
     return Comparison(rows).table()
