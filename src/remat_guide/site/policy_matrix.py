@@ -234,8 +234,8 @@ _CLASS = {KEPT: "remat-kept", OFFLOADED: "remat-offloaded", RECOMPUTED: "remat-r
 _LEGEND = {"remat-kept": "kept", "remat-offloaded": "offloaded to host memory",
            "remat-recomputed": "recomputed",
            "remat-not-a-residual": f"{NOT_RESIDUAL} not kept even without a checkpoint"}
-LINK_CLASS = "remat-policy-link"
-"""The CSS class of the links to policies' sections in the matrix's first column."""
+LINK_CLASS = "remat-code-link"
+"""The CSS class of a link whose text is code (a policy's name in the matrix's first column)."""
 
 
 def _policy_link(name: str, page: str) -> str:
@@ -281,7 +281,7 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         ('kept', 'recomputed', '\u2014')
         >>> table = matrix_table({"nothing_saveable": row}, baseline, links="")
         >>> table.frame.loc[0, "policy"]
-        '<a class="remat-policy-link" href="#policy-nothing-saveable"><code>nothing_<wbr>saveable</code></a>'
+        '<a class="remat-code-link" href="#policy-nothing-saveable"><code>nothing_<wbr>saveable</code></a>'
         >>> str(table).splitlines()[-1].split()[:4]
         ['nothing_saveable', 'kept', 'recomputed', '\u2014']
     """
