@@ -259,7 +259,7 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
             table), or ``None`` to show the labels as they are. When given, each label
             that names a policy of ``jax.checkpoint_policies`` is shown in ``<code>`` as a
             link to its section (anchor ``#policy-<name>``, with ``-`` for ``_``), of CSS
-            class :data:`LINK_CLASS`, and may wrap after each underscore.
+            class ``"remat-code-link"``, and may wrap after each underscore.
 
     Returns:
         A :class:`~remat_guide.tables.Table` whose cells say ``"kept"``, ``"offloaded"``,
