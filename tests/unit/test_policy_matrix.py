@@ -7,6 +7,7 @@ import pytest
 from remat_guide import Residual, policy_label, saved_residuals
 from remat_guide.site.policy_matrix import (
     COLUMNS,
+    LINK_CLASS,
     classify,
     example_inputs,
     example_model,
@@ -118,3 +119,26 @@ def test_matrix_has_one_line_per_row():
     lines = str(matrix_table(rows, keeps(None, checkpointed=False)[1])).splitlines()
     assert len(lines) == 1 + 2 + 3  # the key, the header and its rule, one line per policy
     assert lines[3].split()[:2] == ["everything_saveable", "kept"]
+
+
+def test_policy_names_link_to_their_sections_in_code_that_breaks_at_underscores():
+    rows = {"no jax.checkpoint": keeps(None, checkpointed=False)[1],
+            "dots_with_no_batch_dims_saveable": keeps(P.dots_with_no_batch_dims_saveable)[1]}
+    baseline = rows["no jax.checkpoint"]
+    page = matrix_table(rows, baseline, links="policies.html")._repr_html_()
+    assert (f'<a class="{LINK_CLASS}" href="policies.html#policy-dots-with-no-batch-dims-saveable">'
+            "<code>dots_<wbr>with_<wbr>no_<wbr>batch_<wbr>dims_<wbr>saveable</code></a>") in page
+    assert ">no jax.checkpoint<" in page  # not a policy name: shown as it is
+    # Without links the labels are shown as they are; in plain text the tags are dropped.
+    assert "<a " not in matrix_table(rows, baseline)._repr_html_()
+    text = str(matrix_table(rows, baseline, links=""))
+    assert text.splitlines()[-1].split()[:3] == ["dots_with_no_batch_dims_saveable", "kept", "kept"]
+    with pytest.raises(TypeError, match="links must be a str or None, got bool"):
+        matrix_table(rows, baseline, links=True)
+
+
+def test_cells_not_a_residual_are_a_dash_so_rows_stay_one_line():
+    baseline = keeps(None, checkpointed=False)[1]
+    frame = matrix_table({"nothing_saveable": keeps(P.nothing_saveable)[1]}, baseline).frame
+    assert frame.loc[0, "matmul"] == "\u2014" and frame.loc[0, "other intermediates"] == "recomputed"
+    assert max(len(cell) for cell in frame.iloc[0, 1:]) <= len("recomputed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from remat_guide.residuals import Residual, Residuals, saved_residuals
 from remat_guide.tables import Table
 
 __all__ = ["COLUMNS", "classify", "example_inputs", "example_model", "example_policies",
-           "keeps", "matrix_table"]
+           "keeps", "matrix_table", "LINK_CLASS"]
 
 BATCH, SEQ, WIDTH = 2, 4, 8
 
@@ -223,13 +224,29 @@ def _check_row(row: Any, where: str) -> None:
 
 # What a cell of the matrix table says, given what keeps() found for the policy and for the
 # model without jax.checkpoint. A value that the plain backward pass does not keep is not a
-# residual (a checkpointed backward pass may still recompute it on the way to one); one
-# that it keeps but the policy does not is recomputed.
-KEPT, RECOMPUTED, NOT_RESIDUAL = "kept", "recomputed", "not a residual"
+# residual (a checkpointed backward pass may still recompute it on the way to one), shown as
+# a dash so that every row stays one line; one that it keeps but the policy does not is
+# recomputed.
+KEPT, RECOMPUTED, NOT_RESIDUAL = "kept", "recomputed", "\u2014"
 _SHOWN = {SAVED: KEPT, OFFLOADED: OFFLOADED, f"{SAVED} + {OFFLOADED}": f"{KEPT} + {OFFLOADED}"}
+_CLASS = {KEPT: "remat-kept", OFFLOADED: "remat-offloaded", RECOMPUTED: "remat-recomputed",
+          NOT_RESIDUAL: "remat-not-a-residual"}
+_LEGEND = {"remat-kept": "kept", "remat-offloaded": "offloaded to host memory",
+           "remat-recomputed": "recomputed",
+           "remat-not-a-residual": f"{NOT_RESIDUAL} not kept even without a checkpoint"}
+LINK_CLASS = "remat-code-link"
+"""The CSS class of a link whose text is code (a policy's name in the matrix's first column)."""
 
 
-def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, str]) -> Table:
+def _policy_link(name: str, page: str) -> str:
+    """A link to a policy's section: the name in ``<code>``, breakable after each underscore."""
+    anchor = f"policy-{name.replace('_', '-')}"
+    text = html.escape(name).replace("_", "_<wbr>")
+    return f'<a class="{LINK_CLASS}" href="{html.escape(page)}#{anchor}"><code>{text}</code></a>'
+
+
+def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, str], *,
+                 links: str | None = None) -> Table:
     """The policy matrix as a colour-coded table: one row per policy, one column per kind of value.
 
     Args:
@@ -238,15 +255,21 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         baseline: The row of the model without ``jax.checkpoint``
             (``keeps(None, checkpointed=False)[1]``), which tells a value the backward
             pass keeps from one that is not a residual.
+        links: The page of the policies' sections (``""`` for the page showing the
+            table), or ``None`` to show the labels as they are. When given, each label
+            that names a policy of ``jax.checkpoint_policies`` is shown in ``<code>`` as a
+            link to its section (anchor ``#policy-<name>``, with ``-`` for ``_``), of CSS
+            class ``"remat-code-link"``, and may wrap after each underscore.
 
     Returns:
         A :class:`~remat_guide.tables.Table` whose cells say ``"kept"``, ``"offloaded"``,
         ``"kept + offloaded"``, ``"recomputed"`` (the policy does not keep a value the
-        backward pass needs) or ``"not a residual"`` (the model without
+        backward pass needs) or ``"\u2014"`` (not a residual: the model without
         ``jax.checkpoint`` does not keep it either), each with a CSS class
-        ``remat-<state>`` that the site's stylesheet colours.
+        ``remat-<state>`` that the site's stylesheet colours, and a key above it.
 
     Raises:
+        TypeError: If ``links`` is neither a str nor ``None``.
         ValueError: If a row or the baseline lacks one of :data:`COLUMNS`.
 
     Examples:
@@ -255,24 +278,32 @@ def matrix_table(rows: Mapping[str, Mapping[str, str]], baseline: Mapping[str, s
         >>> row = dict.fromkeys(COLUMNS, "not kept") | {"inputs": "saved"}
         >>> frame = matrix_table({"p": row}, baseline).frame
         >>> frame.loc[0, "inputs"], frame.loc[0, "matmul"], frame.loc[0, "convolution"]
-        ('kept', 'recomputed', 'not a residual')
+        ('kept', 'recomputed', '\u2014')
+        >>> table = matrix_table({"nothing_saveable": row}, baseline, links="")
+        >>> table.frame.loc[0, "policy"]
+        '<a class="remat-code-link" href="#policy-nothing-saveable"><code>nothing_<wbr>saveable</code></a>'
+        >>> str(table).splitlines()[-1].split()[:4]
+        ['nothing_saveable', 'kept', 'recomputed', '\u2014']
     """
+    if links is not None and not isinstance(links, str):
+        raise TypeError(f"links must be a str or None, got {type(links).__name__}")
     _check_row(baseline, "baseline")
     for label, row in rows.items():
         _check_row(row, f"rows[{label!r}]")
+    policies = set(vars(jax.checkpoint_policies))
 
     def shown(column: str, cell: str) -> str:
         if cell != NOT_KEPT:
             return _SHOWN.get(cell, cell)
         return NOT_RESIDUAL if baseline[column] == NOT_KEPT else RECOMPUTED
 
+    def label_html(label: str) -> str:
+        return _policy_link(label, links) if links is not None and label in policies else label
+
     cells = [[shown(column, row[column]) for column in COLUMNS] for row in rows.values()]
-    frame = pd.DataFrame([[label, *line] for label, line in zip(rows, cells)],
+    frame = pd.DataFrame([[label_html(label), *line] for label, line in zip(rows, cells)],
                          columns=["policy", *COLUMNS])
-    classes = pd.DataFrame([["", *(f"remat-{c.split(' + ')[-1].replace(' ', '-')}" for c in line)]
+    classes = pd.DataFrame([["", *(_CLASS.get(c.split(" + ")[-1], "") for c in line)]
                             for line in cells], columns=frame.columns)
-    legend = {"remat-kept": "kept for the backward pass", "remat-offloaded": "offloaded to the host",
-              "remat-recomputed": "recomputed by the backward pass",
-              "remat-not-a-residual": "not kept without a checkpoint either"}
-    return Table(frame, cell_classes=classes, legend=legend, html_columns=["policy"],
+    return Table(frame, cell_classes=classes, legend=_LEGEND, html_columns=["policy"],
                  table_class="remat-matrix")
