@@ -381,7 +381,8 @@ class ComparisonTable:
 
     A cell whose value records an exception (``raises TypeName: message``) shows only the
     exception's type and a note number; the note under the table gives the whole message.
-    Equal messages share one note. In HTML, the number links to its note.
+    Equal messages share one note; an exception recorded without a message
+    (``raises TypeName``) gets its type alone. In HTML, the number links to its note.
 
     Attributes:
         table: The :class:`~remat_guide.tables.Table` of the cells.
@@ -426,7 +427,7 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
     column "changed" (the column is left out when no row changed). A value is shown as
     text, in ``<code>`` when ``code`` is true (except :data:`ABSENT`); a value that
     records an exception shows only the exception's type and the number of the note,
-    under the table, that gives the whole message.
+    under the table, that gives the whole message (no note when it has no message).
 
     Args:
         first_header: The header of the label column.
@@ -435,8 +436,9 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
         code: Whether to set the values in ``<code>``.
 
     Returns:
-        A :class:`ComparisonTable`: HTML in a notebook, whose table has the CSS class
-        ``remat-versions``; changed rows' label and mark carry the class ``remat-changed``.
+        A ``ComparisonTable`` (HTML in a notebook; its ``notes`` hold the messages) whose
+        table has the CSS class ``remat-versions``; changed rows' label and mark carry the
+        class ``remat-changed``.
 
     Raises:
         ValueError: If ``versions`` is empty or a row has a value count other than
@@ -468,12 +470,14 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
     def cell(value: Any) -> str:
         error = error_parts(value)
         if error is not None:
-            note = f"{error[0]}: {error[1]}" if error[1] else error[0]
+            kind = html.escape(error[0])
+            kind = f"<code>{kind}</code>" if code else kind
+            if not error[1]:  # the type is all there is to tell
+                return kind
+            note = f"{error[0]}: {error[1]}"
             if note not in notes:
                 notes.append(note)
             n = notes.index(note) + 1
-            kind = html.escape(error[0])
-            kind = f"<code>{kind}</code>" if code else kind
             return f'{kind}&nbsp;<a href="#{anchor}-{n}">[{n}]</a>'
         text = html.escape(short_value(value))
         return f"<code>{text}</code>" if code and value != ABSENT else text
@@ -959,7 +963,7 @@ class VersionReport:
             flag = f" under {_code('jax_remat3')}" if remat3 else ""
             if len(labels) > 3:
                 rows = f"all {len(both)}" if len(labels) == len(both) else f"{len(labels)} of the {len(both)}"
-                step.changed.append(f"what is saved{flag} in {rows} rows of its table that both have")
+                step.changed.append(f"what is saved{flag} ({rows} rows both have)")
             elif labels:
                 ways = [f"with {_code(label)}" for label in labels if label != "(no checkpoint)"]
                 ways += ["without a checkpoint"] if "(no checkpoint)" in labels else []
