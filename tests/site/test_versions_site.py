@@ -1,5 +1,7 @@
 """The built "What changed across versions" page shows the probe's results for the three versions."""
 
+import re
+
 from helpers import page_text
 
 
@@ -9,15 +11,25 @@ def test_versions_page_compares_the_three_versions_on_the_cpu(built_page):
     for version in ("0.10.2", "0.11.2", "0.12.0.1"):
         assert f"JAX {version}, jaxlib {version}" in text
     assert text.count("backend: cpu") == 3
-    assert html.count('class="remat-table versions-table"') >= 8
-    assert 'remat-changed" >changed</td>' in html
+    assert html.count('class="remat-table remat-versions"') >= 8
+    assert 'remat-changed" >yes</td>' in html
+
+
+def test_versions_page_opens_with_the_summary_of_what_changed(built_page):
+    text = " ".join(page_text(built_page("versions.html")).split())
+    first = text.index("0.10.2 → 0.11.2")
+    assert first < text.index("0.11.2 → 0.12.0.1") < text.index("The list is made from the tables below")
+    assert "Gone: parameter concrete of jax.checkpoint and jax.remat" in text
 
 
 def test_versions_page_shows_the_differences_it_describes(built_page):
-    text = " ".join(page_text(built_page("versions.html")).split())
-    # concrete: NotImplementedError in 0.10.2, unknown keyword afterwards.
-    assert "raises NotImplementedError: The `concrete` option" in text
-    assert "raises TypeError: checkpoint() got an unexpected keyword argument 'concrete'" in text
+    html = built_page("versions.html")
+    text = " ".join(page_text(html).split())
+    # concrete: NotImplementedError in 0.10.2, unknown keyword afterwards. The cells name the
+    # exception; the notes under the table hold the messages.
+    assert re.search(r'<code>NotImplementedError</code>&nbsp;<a href="#versions-note-\w+-1">\[1\]</a>', html)
+    assert "NotImplementedError: The `concrete` option" in text
+    assert "TypeError: checkpoint() got an unexpected keyword argument 'concrete'" in text
     # The dot policies: class instances, then functions.
     assert "instance of DotsSaveable" in text
     # The exports and the remat3 call-time switch.

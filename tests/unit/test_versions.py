@@ -3,6 +3,7 @@
 import ast
 import inspect
 import pathlib
+import re
 import stat
 import sys
 
@@ -42,6 +43,10 @@ def _document(version: str, **items) -> dict:
 
 @pytest.fixture
 def report() -> VersionReport:
+    return _report()
+
+
+def _report() -> VersionReport:
     """Three versions: 0.2.0 adds a parameter, a policy class and an export; 0.3.0 drops the class."""
     return VersionReport({
         "0.1.0": _document("0.1.0"),
@@ -100,21 +105,91 @@ def test_changed_rows_are_those_whose_values_differ_and_the_table_marks_them(rep
     assert changed_rows(report.policy_rows()) == ["number of names", "dots_saveable", "SaveNames"]
     assert changed_rows([("same list", [[1, 2], [1, 2]]), ("other list", [[1, 2], [2, 1]])]) == ["other list"]
     table = report.table("parameter", params)
+    assert table.changed == ["concrete"]
     html = table._repr_html_()
+    # Every column has a header; the mark column comes right after the label.
+    assert [h for h in helpers_headers(html)] == ["parameter", "changed", "0.1.0", "0.2.0", "0.3.0"]
     assert '<td class="data row2 col0 remat-changed" >concrete</td>' in html
-    assert '<td class="data row2 col4 remat-changed" >changed</td>' in html
-    assert '<td class="data row0 col0" >fun</td>' in html
+    assert '<td class="data row2 col1 remat-changed" >yes</td>' in html
+    assert '<td class="data row0 col0" >fun</td>' in html and '<td class="data row0 col1" ></td>' in html
     assert "<code>keyword only; default -; bool</code>" in html
     assert f"<code>{ABSENT}</code>" not in html and f">{ABSENT}</td>" in html
+    # Cells wrap only where the text has spaces: the table's class is not the old one that
+    # let the site's stylesheet break code anywhere, and no note list when nothing raised.
+    assert 'class="remat-table remat-versions"' in html and "versions-table" not in html
+    assert "<ol" not in html and table.notes == []
     lines = str(table).splitlines()
-    assert lines[0].split() == ["parameter", "0.1.0", "0.2.0", "0.3.0"]
-    assert lines[-1].endswith("changed") and not lines[2].endswith("changed")
+    assert lines[0].split() == ["parameter", "changed", "0.1.0", "0.2.0", "0.3.0"]
+    assert lines[-1].split()[:2] == ["concrete", "yes"] and lines[2].split()[1] != "yes"
+
+
+def helpers_headers(html: str) -> list[str]:
+    return re.findall(r'<th class="col_heading[^"]*" >([^<]*)</th>', html)
+
+
+def test_a_table_with_no_changed_row_has_no_mark_column():
+    table = versions.comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", [True, True])])
+    assert helpers_headers(table._repr_html_()) == ["item", "1", "2"]
+    assert str(table).splitlines()[-1].split() == ["b", "True", "True"]
+
+
+def test_an_error_cell_shows_the_type_and_the_note_under_the_table_the_whole_message():
+    message = ("The `concrete` option to `jax.checkpoint` was deprecated in JAX v0.8.2, and removed in "
+               "JAX v0.10.0. In its place please use `static_argnums`.")
+    rows = [("concrete=True", [f"raises NotImplementedError: {message}",
+                               "raises TypeError: checkpoint() got an unexpected keyword argument 'concrete'"]),
+            ("concrete=False", [f"raises NotImplementedError: {message}",
+                                "raises TypeError: checkpoint() got an unexpected keyword argument 'concrete'"]),
+            ("policy='dots'", ["raises TypeError: 'str' object is not callable", "ok"]),
+            ("bare", ["raises KeyError", "ok"])]
+    table = versions.comparison_table("call", ["0.1", "0.2"], rows)
+    # Equal messages share a note; notes are numbered in the order the cells meet them.
+    assert table.notes == [f"NotImplementedError: {message}",
+                           "TypeError: checkpoint() got an unexpected keyword argument 'concrete'",
+                           "TypeError: 'str' object is not callable"]
+    html = table._repr_html_()
+    anchor = re.search(r'href="#(versions-note-[0-9a-f]+)-1"', html)[1]
+    assert (f'<td class="data row0 col2" ><code>NotImplementedError</code>&nbsp;'
+            f'<a href="#{anchor}-1">[1]</a></td>') in html
+    assert f'<td class="data row1 col3" ><code>TypeError</code>&nbsp;<a href="#{anchor}-2">[2]</a></td>' in html
+    assert f'<td class="data row2 col2" ><code>TypeError</code>&nbsp;<a href="#{anchor}-3">[3]</a></td>' in html
+    # No cell holds a message; the notes, after the table, hold each message once, escaped.
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", html)
+    assert not any("deprecated" in cell or "unexpected" in cell for cell in cells)
+    table_end = html.index("</table>")
+    notes = html[table_end:]
+    assert notes.count("<li") == 3 and f'<li id="{anchor}-1"><code>NotImplementedError</code>: ' in notes
+    assert "removed in JAX v0.10.0. In its place please use `static_argnums`." in notes
+    assert "got an unexpected keyword argument &#x27;concrete&#x27;" in notes
+    # An exception recorded without a message is its type alone, with no note.
+    assert '<td class="data row3 col2" ><code>KeyError</code></td>' in html
+    assert "anywhere" not in html
+    # As text: the type and the note's number in the cell, the notes below the table.
+    text = str(table).splitlines()
+    assert text[2].split()[:4] == ["concrete=True", "yes", "NotImplementedError", "[1]"]
+    assert text[-3] == f"[1] NotImplementedError: {message}"
+    assert text[-1] == "[3] TypeError: 'str' object is not callable"
+    # Without code, the type is plain text.
+    plain = versions.comparison_table("call", ["0.1"], [("c", ["raises KeyError: k"])], code=False)
+    assert ">KeyError&nbsp;<a href=" in plain._repr_html_()
+    # The same table gets the same anchors on every build; another table gets others.
+    assert versions.comparison_table("call", ["0.1", "0.2"], rows)._repr_html_() == html
+    assert anchor not in plain._repr_html_()
+
+
+def test_short_values_and_error_parts():
+    assert versions.error_parts("raises jax.errors.TracerBoolConversionError: Attempted boolean") == (
+        "jax.errors.TracerBoolConversionError", "Attempted boolean")
+    assert versions.error_parts("raises ValueError: a\nb") == ("ValueError", "a\nb")
+    assert versions.error_parts("raised nothing") is None and versions.error_parts(3) is None
+    assert [versions.short_value(v) for v in (["remat2"], False, 12, {"a": 1}, "raises E: m")] == [
+        "remat2", "False", "12", '{"a": 1}', "E"]
 
 
 def test_the_table_escapes_values_and_checks_their_count():
     table = versions.comparison_table("item", ["1", "2"], [("a<b", ["x", "<y>"])])._repr_html_()
     assert '<td class="data row0 col0 remat-changed" >a&lt;b</td>' in table
-    assert '<td class="data row0 col2" ><code>&lt;y&gt;</code></td>' in table
+    assert '<td class="data row0 col3" ><code>&lt;y&gt;</code></td>' in table
     assert "<code>" not in versions.comparison_table("item", ["1"], [("a", ["x"])], code=False)._repr_html_()
     with pytest.raises(ValueError, match="versions"):
         versions.comparison_table("item", ["1"], [("a", ["x", "y"])])
@@ -144,13 +219,13 @@ def test_an_item_missing_in_a_version_is_absent(report):
     assert sparse.row(sparse.remat3_rows(), "primitive (flag on)") == {"0.0.1": ABSENT, "0.1.0": ABSENT}
 
 
-def test_error_items_show_their_message(report):
+def test_error_items_record_the_exception_as_a_call_that_raised(report):
     saved = report.residual_rows()
     assert saved == [
         ("policy=None", ["x", "x", "x · 'a'"]),
-        ("SaveNames", [ABSENT, "TypeError: SaveNames() takes no arguments", ABSENT]),
+        ("SaveNames", [ABSENT, "raises TypeError: SaveNames() takes no arguments", ABSENT]),
     ]
-    assert residual_summary({"error": "E: m"}) == "E: m"
+    assert residual_summary({"error": "E: m"}) == "raises E: m"
     assert residual_summary([]) == "(nothing)"
     assert residual_summary(["f32<host>[2,3] named 'a'", "weird line"]) == "host:'a' · weird line"
     with pytest.raises(TypeError, match="lines"):
@@ -159,8 +234,12 @@ def test_error_items_show_their_message(report):
     failed = VersionReport({"0.1.0": _document("0.1.0"),
                             "0.2.0": _document("0.2.0", policies={"error": "AttributeError: gone"})})
     assert failed.row(failed.policy_rows(), "nothing_saveable") == {"0.1.0": "function",
-                                                                    "0.2.0": "AttributeError: gone"}
-    assert failed.row(failed.policy_rows(), "number of names") == {"0.1.0": 2, "0.2.0": "AttributeError: gone"}
+                                                                    "0.2.0": "raises AttributeError: gone"}
+    assert failed.row(failed.policy_rows(), "number of names") == {"0.1.0": 2,
+                                                                   "0.2.0": "raises AttributeError: gone"}
+    # In a table, the failed item shows its type, and the note its message.
+    table = failed.table("policies", failed.policy_rows())
+    assert table.notes == ["AttributeError: gone"] and "<code>AttributeError</code>&nbsp;<a" in table._repr_html_()
 
 
 def test_the_report_describes_each_environment_and_checks_its_input(report):
@@ -295,3 +374,92 @@ def test_a_report_of_the_real_probe_for_the_running_jax():
         assert all(ABSENT not in values for _, values in rows), rows
         assert "remat-changed" not in report.table("item", rows)._repr_html_()
     assert report.environments().startswith(f"JAX {jax.__version__}, jaxlib ")
+
+
+# --- the summary of what changed -------------------------------------------------------------
+
+def test_each_step_lists_what_appeared_disappeared_and_changed(report):
+    first, second = report.changes()
+    assert (first.before, first.after, second.before, second.after) == ("0.1.0", "0.2.0", "0.2.0", "0.3.0")
+    assert first.new == [
+        "parameter [`concrete`](param-concrete-removed) of [`jax.checkpoint`](reference-parameters)",
+        "in [`jax.checkpoint_policies`](api-checkpoint_policies): `SaveNames`",
+        "[`jax.ad_checkpoint.name_p`](api-name_p)"]
+    assert first.gone == []
+    assert first.changed == [
+        "[`concrete=True`](param-concrete-removed): `ok` → `TypeError`",
+        "[`dots_saveable`](policy-dots_saveable): `function` → `instance of Dots`"]
+    assert second.new == []
+    assert second.gone == [
+        "parameter [`concrete`](param-concrete-removed) of [`jax.checkpoint`](reference-parameters)",
+        "in [`jax.checkpoint_policies`](api-checkpoint_policies): `SaveNames`"]
+    assert second.changed == [
+        "[`concrete=True`](param-concrete-removed): `TypeError` → `ok`",
+        "[`dots_saveable`](policy-dots_saveable): `instance of Dots` → `function`",
+        "what is saved with `policy=None`"]
+    summary = report.summary().splitlines()
+    assert summary[0] == "- **0.1.0 → 0.2.0**" and summary[3] == "- **0.2.0 → 0.3.0**"
+    assert summary[1] == "  - New: " + "; ".join(first.new) + "."
+    assert summary[2] == "  - Changed: " + "; ".join(first.changed) + "."
+    assert summary[4].startswith("  - Gone: ") and summary[5].startswith("  - Changed: ")
+    with pytest.raises(ValueError, match="0.9"):
+        report.step("0.9", "0.1.0")
+
+
+def test_a_step_groups_rows_that_change_alike_and_names_aliases_once():
+    def kinds(kind: str, made: str) -> dict:
+        return {"namespace_type": "SimpleNamespace", "import_as_module": "ok",
+                "names": ["checkpoint_dots", "dots_saveable", "save_only_these_names"],
+                "aliases": [["checkpoint_dots", "dots_saveable"]],
+                "kinds": {"checkpoint_dots": kind, "dots_saveable": kind, "save_only_these_names": "function"},
+                "made": {"save_only_these_names": made}}
+
+    old = _document("0.1.0", policies=kinds("instance of Dots", "instance of SaveOnly"),
+                    behaviour={"concrete=True": "raises NotImplementedError: removed",
+                               "concrete=False": "raises NotImplementedError: removed"},
+                    remat_parameters=[_param("prevent_cse", default="True", annotation="bool")],
+                    config_flags={"jax_remat3": False, "jax_old": True},
+                    top_level_names=["checkpoint", "custom_remat", "remat"])
+    new = _document("0.2.0", policies=kinds("function", "function"),
+                    behaviour={"concrete=True": "raises TypeError: unknown",
+                               "concrete=False": "raises TypeError: unknown"},
+                    remat_parameters=[_param("prevent_cse", default="True", annotation="bool | Sequence[bool]")],
+                    config_flags={"jax_remat3": True},
+                    remat3={"exists": True, "primitive (flag off)": ["remat3"], "residuals": {}},
+                    residual_line_format="f32[3] cos at <file>")
+    step = VersionReport({"0.1.0": old, "0.2.0": new}).step("0.1.0", "0.2.0")
+    assert step.gone == ["flag `jax_old`", "`jax.custom_remat`"]
+    assert step.changed == [
+        "[`prevent_cse`](param-prevent_cse) of [`jax.remat`](reference-remat): `bool` → `bool | Sequence[bool]`",
+        "[`concrete=True`](param-concrete-removed) and [`concrete=False`](param-concrete-removed): "
+        "`NotImplementedError` → `TypeError`",
+        "[`dots_saveable`](policy-dots_saveable) (and its alias): `instance of Dots` → `function`",
+        "what [`save_only_these_names(...)`](policy-save_only_these_names) returns: "
+        "an instance of a class → `function`",
+        "under [`jax_remat3`](flag-jax_remat3), primitive (flag off): `remat2` → `remat3`",
+        "the default of [`jax_remat3`](flag-jax_remat3): `False` → `True`",
+        "the layout of a line of a residual listing"]
+    same = VersionReport({"0.1.0": _document("0.1.0"), "0.2.0": _document("0.2.0")})
+    assert same.summary() == "- **0.1.0 → 0.2.0**: no difference"
+    assert VersionReport({"0.1.0": _document("0.1.0")}).summary() == ""
+
+
+def test_many_changed_residual_rows_are_counted_not_named():
+    def residuals(suffix: str) -> dict:
+        rows = {f"p{i}": [f"f32[3] named '{suffix}{i}'"] for i in range(5)}
+        return {"(no checkpoint)": ["f32[3] from the argument x"], **rows}
+
+    old = _document("0.1.0", remat3={"exists": True, "residuals": residuals("a")})
+    new = _document("0.2.0", remat3={"exists": True, "residuals": {**residuals("b"), "p9": []}})
+    step = VersionReport({"0.1.0": old, "0.2.0": new}).step("0.1.0", "0.2.0")
+    assert step.changed == ["what is saved under [`jax_remat3`](flag-jax_remat3) (5 of the 6 rows both have)"]
+
+
+def test_api_names_link_by_the_site_s_rule():
+    assert versions.api_label("concrete=True") == "param-concrete-removed"
+    assert versions.api_label("jax.remat(static_argnames='flag')") == "reference-remat"
+    assert versions.api_label("policy=jax.checkpoint_policies.dots_saveable") == "policy-dots_saveable"
+    assert versions.api_label("jax.ad_checkpoint.name_p") == "api-name_p"
+    assert versions.api_label("jax_remat3") == "flag-jax_remat3"
+    for plain in ("policy=None", "SaveOnlyTheseNames", "jax.custom_remat", "fun", "ok"):
+        assert versions.api_label(plain) is None, plain

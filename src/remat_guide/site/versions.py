@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import hashlib
 import html
 import json
 import os
@@ -19,9 +21,10 @@ import pandas as pd
 from remat_guide.site import version_probe
 from remat_guide.tables import Table
 
-__all__ = ["ABSENT", "ENVS_VARIABLE", "PROBE_PLATFORM", "REMAT3_ITEMS", "VersionReport", "changed_rows",
-           "comparison_table", "count_in_words", "find_interpreters", "join_versions", "residual_summary",
-           "run_probes", "third_party_imports", "version_key"]
+__all__ = ["ABSENT", "ENVS_VARIABLE", "PROBE_PLATFORM", "REMAT3_ITEMS", "ComparisonTable", "VersionReport",
+           "api_label", "changed_rows", "comparison_table", "count_in_words", "error_parts", "find_interpreters",
+           "join_versions", "residual_summary", "run_probes", "short_value", "third_party_imports",
+           "version_key"]
 
 #: What a table shows for an item that one version does not have.
 ABSENT = "(absent)"
@@ -39,6 +42,7 @@ REMAT3_ITEMS = ("exists", "primitive (flag off)", "primitive (flag on)",
                 "primitive (decorated off, called on)", "static_argnames='flag' (Python if on it)")
 
 _VERSION = re.compile(r"\d+(?:\.\d+)*")
+_RAISES = re.compile(r"raises ([A-Za-z_][\w.]*)(?:: (.*))?", re.DOTALL)
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
           "eleven", "twelve")
 _REMAKE = "run `make html` (or `make jax-envs`) to create the environments"
@@ -284,10 +288,10 @@ def residual_summary(lines: Any) -> str:
         ...                   "f32<host>[2,5] output of device_put", "f32[2,5] output of tanh"])
         "x · 'a' · host:device_put[2,5] tanh[2,5]"
         >>> residual_summary({"error": "TypeError: no"})
-        'TypeError: no'
+        'raises TypeError: no'
     """
     if isinstance(lines, dict) and "error" in lines:
-        return lines["error"]
+        return f"raises {lines['error']}"
     if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
         raise TypeError(f"lines must be a list of str or an error dict, got {lines!r}")
     groups: dict[str, list[str]] = {"argument": [], "named": [], "output": []}
@@ -328,13 +332,102 @@ def changed_rows(rows: Sequence[Row]) -> list[str]:
     return [label for label, values in rows if _values_differ(values)]
 
 
-def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row],
-                     code: bool = True) -> Table:
-    """A table: one row per item, one column per version, and a "changed" column.
+def error_parts(value: Any) -> tuple[str, str] | None:
+    """The exception type and message of a value that records a raised exception.
 
-    A row is marked (its label in bold, "changed" in the last column) when its values are
-    not all equal. Values are shown as text (``code=True`` sets them in ``<code>``, except
-    :data:`ABSENT`).
+    The probe writes a call that raised as ``raises TypeName: message`` (and
+    :class:`VersionReport` gives a failed probe item the same form).
+
+    Args:
+        value: A table value.
+
+    Returns:
+        ``(type name, message)`` (the message may be empty), or ``None`` when ``value``
+        records no exception.
+
+    Examples:
+        >>> from remat_guide.site.versions import error_parts
+        >>> error_parts("raises TypeError: f() got an unexpected keyword argument 'x'")
+        ('TypeError', "f() got an unexpected keyword argument 'x'")
+        >>> error_parts("raises jax.errors.TracerBoolConversionError"), error_parts("ok")
+        (('jax.errors.TracerBoolConversionError', ''), None)
+    """
+    if not isinstance(value, str):
+        return None
+    match = _RAISES.fullmatch(value)
+    return (match[1], match[2] or "") if match else None
+
+
+def short_value(value: Any) -> str:
+    """A value as a short text: the exception type for a recorded exception, lists joined.
+
+    Examples:
+        >>> from remat_guide.site.versions import short_value
+        >>> short_value("raises TypeError: no"), short_value(["remat2"]), short_value(False)
+        ('TypeError', 'remat2', 'False')
+    """
+    error = error_parts(value)
+    if error is not None:
+        return error[0]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ", ".join(value)
+    if isinstance(value, bool | int | float):
+        return repr(value)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+class ComparisonTable:
+    """A version table and, under it, the numbered notes that hold its exceptions' messages.
+
+    A cell whose value records an exception (``raises TypeName: message``) shows only the
+    exception's type and a note number; the note under the table gives the whole message.
+    Equal messages share one note; an exception recorded without a message
+    (``raises TypeName``) gets its type alone. In HTML, the number links to its note.
+
+    Attributes:
+        table: The :class:`~remat_guide.tables.Table` of the cells.
+        notes: The notes' texts (``TypeName: message``), note 1 first.
+        changed: The labels of the rows whose values are not all equal.
+    """
+
+    def __init__(self, table: Table, notes: list[str], anchor: str, changed: list[str]) -> None:
+        self.table = table
+        self.notes = notes
+        self.changed = changed
+        self._anchor = anchor
+
+    def _repr_html_(self) -> str:
+        if not self.notes:
+            return self.table._repr_html_()
+        items = "".join(f'<li id="{self._anchor}-{n}">{_note_html(note)}</li>'
+                        for n, note in enumerate(self.notes, start=1))
+        return (f"{self.table._repr_html_()}"
+                f'<ol class="remat-notes" style="font-size: 0.85em; overflow-wrap: break-word;">'
+                f"{items}</ol>")
+
+    def __str__(self) -> str:
+        notes = [f"[{n}] {note}" for n, note in enumerate(self.notes, start=1)]
+        return "\n".join([str(self.table).replace("\xa0", " "), *notes])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _note_html(note: str) -> str:
+    """A note as HTML: the exception type in ``<code>``, then the message."""
+    kind, sep, message = note.partition(": ")
+    return f"<code>{html.escape(kind)}</code>{html.escape(sep + message)}"
+
+
+def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row],
+                     code: bool = True) -> ComparisonTable:
+    """A table: one row per item, a "changed" column, then one column per version.
+
+    A row whose values are not all equal is marked: its label in bold and ``yes`` in the
+    column "changed" (the column is left out when no row changed). A value is shown as
+    text, in ``<code>`` when ``code`` is true (except :data:`ABSENT`); a value that
+    records an exception shows only the exception's type and the number of the note,
+    under the table, that gives the whole message (no note when it has no message).
 
     Args:
         first_header: The header of the label column.
@@ -343,8 +436,9 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
         code: Whether to set the values in ``<code>``.
 
     Returns:
-        A :class:`~remat_guide.tables.Table` (HTML in a notebook) of CSS class
-        ``versions-table``; changed rows carry the class ``remat-changed``.
+        A ``ComparisonTable`` (HTML in a notebook; its ``notes`` hold the messages) whose
+        table has the CSS class ``remat-versions``; changed rows' label and mark carry the
+        class ``remat-changed``.
 
     Raises:
         ValueError: If ``versions`` is empty or a row has a value count other than
@@ -352,12 +446,14 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
 
     Examples:
         >>> from remat_guide.site.versions import comparison_table
-        >>> table = comparison_table("item", ["1", "2"], [("a", ["x", "x"]), ("b", ["x", "y"])])
+        >>> table = comparison_table("item", ["1", "2"], [
+        ...     ("a", ["x", "x"]), ("b", ["x", "raises TypeError: b() takes no arguments"])])
         >>> print(table)
-        item  1  2
-        ----  -  -  -------
-        a     x  x
-        b     x  y  changed
+        item  changed  1  2
+        ----  -------  -  -------------
+        a              x  x
+        b     yes      x  TypeError [1]
+        [1] TypeError: b() takes no arguments
         >>> '<td class="data row1 col0 remat-changed" >b</td>' in table._repr_html_()
         True
     """
@@ -366,17 +462,149 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
     for label, values in rows:
         if len(values) != len(versions):
             raise ValueError(f"row {label!r} has {len(values)} values for {len(versions)} versions")
+    digest = hashlib.sha1(json.dumps([first_header, versions, [list(r) for r in rows]],
+                                     sort_keys=True, default=str).encode()).hexdigest()[:8]
+    anchor = f"versions-note-{digest}"
+    notes: list[str] = []
 
     def cell(value: Any) -> str:
-        text = html.escape(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        error = error_parts(value)
+        if error is not None:
+            kind = html.escape(error[0])
+            kind = f"<code>{kind}</code>" if code else kind
+            if not error[1]:  # the type is all there is to tell
+                return kind
+            note = f"{error[0]}: {error[1]}"
+            if note not in notes:
+                notes.append(note)
+            n = notes.index(note) + 1
+            return f'{kind}&nbsp;<a href="#{anchor}-{n}">[{n}]</a>'
+        text = html.escape(short_value(value))
         return f"<code>{text}</code>" if code and value != ABSENT else text
 
-    columns = [first_header, *versions, ""]
-    frame = pd.DataFrame([[label, *map(cell, values), "changed" if _values_differ(values) else ""]
-                          for label, values in rows], columns=columns)
-    marked = ["remat-changed" if _values_differ(values) else "" for _, values in rows]
-    classes = pd.DataFrame([[mark, *[""] * len(versions), mark] for mark in marked], columns=columns)
-    return Table(frame, cell_classes=classes, html_columns=versions, table_class="versions-table")
+    changed = changed_rows(rows)
+    mark = ["changed"] if changed else []
+    columns = [first_header, *mark, *versions]
+    frame = pd.DataFrame([[label, *(["yes" if label in changed else ""] if mark else []),
+                           *map(cell, values)] for label, values in rows], columns=columns)
+    classes = pd.DataFrame([["remat-changed" if label in changed else ""] * (1 + len(mark))
+                            + [""] * len(versions) for label, _ in rows], columns=columns)
+    table = Table(frame, cell_classes=classes, html_columns=versions, table_class="remat-versions")
+    return ComparisonTable(table, notes, anchor, changed)
+
+
+# --- the summary of what changed -------------------------------------------------------------
+
+_HEAD = re.compile(r"([A-Za-z_][\w.]*)(\(.*\)|=(.*))?", re.DOTALL)
+
+
+def _spellings() -> dict[str, str]:
+    """Each spelling of an API name that the site documents, mapped to its reference label."""
+    spellings = {}
+    for policy in (n for n in dir(jax.checkpoint_policies) if not n.startswith("_")):
+        for prefix in ("", "checkpoint_policies.", "jax.checkpoint_policies."):
+            spellings[prefix + policy] = f"policy-{policy}"
+    for name in ("checkpoint_policies", "jax.checkpoint_policies", "jax.ad_checkpoint.checkpoint_policies"):
+        spellings[name] = "api-checkpoint_policies"
+    for param in ("prevent_cse", "static_argnums", "static_argnames"):
+        spellings[param] = f"param-{param}"
+    spellings["concrete"] = "param-concrete-removed"
+    for name in ("checkpoint_name", "checkpoint_name_fwd", "name_p", "print_saved_residuals",
+                 "Saveable", "Recompute", "Offloadable"):
+        spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
+    spellings["jax.checkpoint"] = "reference-parameters"
+    spellings["jax.remat"] = "reference-remat"
+    for flag in jax.config.values:
+        if "remat" in flag or "checkpoint" in flag:
+            spellings[flag] = f"flag-{flag}"
+    return spellings
+
+
+def api_label(text: str) -> str | None:
+    """The reference label on this site of the API that an inline literal names, if any.
+
+    A literal names an API when its text is the API's name (a policy, a parameter, an
+    export of ``jax.ad_checkpoint``, a flag, ``jax.checkpoint`` or ``jax.remat``),
+    optionally followed by a call ``(...)`` or an assignment ``=...``; when the name before
+    ``=`` is none of these, the value after it is read the same way. It is the rule by
+    which the site's link check finds the names that must link.
+
+    Examples:
+        >>> from remat_guide.site.versions import api_label
+        >>> api_label("concrete=True"), api_label("jax.remat(prevent_cse=True)"), api_label("ok")
+        ('param-concrete-removed', 'reference-remat', None)
+    """
+    spellings = _spellings()
+    text = " ".join(text.split())
+    while (match := _HEAD.fullmatch(text)) is not None:
+        if match[1] in spellings:
+            return spellings[match[1]]
+        if match[3] is None:
+            return None
+        text = match[3].strip()
+    return None
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown inline literal, linked to its reference when it names an API."""
+    label = api_label(text)
+    return f"[`{text}`]({label})" if label else f"`{text}`"
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _field_change(before: Any, after: Any) -> str:
+    """``before → after`` in short form; of two parameter descriptions, only the fields that differ."""
+    old, new = short_value(before), short_value(after)
+    old_fields, new_fields = old.split("; "), new.split("; ")
+    if len(old_fields) == len(new_fields) == 3:
+        pairs = [(o, n) for o, n in zip(old_fields, new_fields) if o != n]
+        old, new = "; ".join(o for o, _ in pairs), "; ".join(n for _, n in pairs)
+    return f"`{old}` → `{new}`"
+
+
+@dataclasses.dataclass
+class Step:
+    """What differs from one release to the next, as Markdown phrases that link API names.
+
+    Attributes:
+        before: The older release.
+        after: The next release.
+        new: The things that ``after`` has and ``before`` lacks.
+        gone: The things that ``before`` has and ``after`` lacks.
+        changed: The things both have that differ, each with its two values where they are short.
+    """
+
+    before: str
+    after: str
+    new: list[str] = dataclasses.field(default_factory=list)
+    gone: list[str] = dataclasses.field(default_factory=list)
+    changed: list[str] = dataclasses.field(default_factory=list)
+
+    def markdown(self) -> str:
+        """The step as a Markdown list item, with a sub-item per kind of difference."""
+        lines = [f"- **{self.before} → {self.after}**" + ("" if self.new or self.gone or self.changed
+                                                         else ": no difference")]
+        for word, items in (("New", self.new), ("Gone", self.gone), ("Changed", self.changed)):
+            if items:
+                lines.append(f"  - {word}: {'; '.join(items)}.")
+        return "\n".join(lines)
+
+
+def _kind(value: str) -> str:
+    """A kind of object as the summary names it: any ``instance of X`` is an instance of a class."""
+    return "an instance of a class" if value.startswith("instance of ") else f"`{value}`"
+
+
+def _transitions(pairs: Sequence[tuple[str, Any, Any]]) -> dict[tuple[str, str], list[str]]:
+    """The labels of the changed pairs, grouped by their ``(before, after)`` in short form."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for label, before, after in pairs:
+        if before is not ABSENT and after is not ABSENT and _values_differ([before, after]):
+            groups.setdefault((short_value(before), short_value(after)), []).append(label)
+    return groups
 
 
 def _is_error(node: Any) -> bool:
@@ -410,7 +638,8 @@ class VersionReport:
 
     Each table is a list of ``(label, values)`` rows with one value per version, in the
     order of ``documents``. A value is the probe's result; :data:`ABSENT` where the
-    version has no such item; the error message where the version's probe item failed.
+    version has no such item; ``raises TypeName: message`` where the version's probe
+    item failed (the form the probe gives a call that raised).
     Labels are the union over the versions, in the order they first appear.
 
     Args:
@@ -437,9 +666,10 @@ class VersionReport:
         >>> report.counts("top_level_names")
         {'0.1': 1, '0.2': 2}
         >>> print(report.table("call", report.behaviour_rows(), code=False))
-        call           0.1  0.2
-        -------------  ---  --------------------  -------
-        concrete=True  ok   raises TypeError: no  changed
+        call           changed  0.1  0.2
+        -------------  -------  ---  -------------
+        concrete=True  yes      ok   TypeError [1]
+        [1] TypeError: no
     """
 
     def __init__(self, documents: Mapping[str, Mapping[str, Any]]) -> None:
@@ -493,7 +723,7 @@ class VersionReport:
 
         Returns:
             The values in the order of ``versions``: :data:`ABSENT` where the item does
-            not exist, the error message where the probe item failed.
+            not exist, ``raises TypeName: message`` where the probe item failed.
 
         Examples:
             >>> from remat_guide.site.versions import VersionReport
@@ -501,14 +731,14 @@ class VersionReport:
             ...                         "0.2": {"policies": {"error": "TypeError: no"}},
             ...                         "0.3": {}})
             >>> report.values("policies", "names", then=len)
-            [2, 'TypeError: no', '(absent)']
+            [2, 'raises TypeError: no', '(absent)']
         """
         out = []
         for node in self.item(*path).values():
             if node is ABSENT:
                 out.append(ABSENT)
             elif _is_error(node):
-                out.append(node["error"])
+                out.append(f"raises {node['error']}")
             else:
                 out.append(then(node) if then is not None else node)
         return out
@@ -599,7 +829,7 @@ class VersionReport:
             ...     "0.1": {"residuals": {"policy=None": ["f32[3] from the argument x"]}},
             ...     "0.2": {"residuals": {"policy=None": {"error": "TypeError: no"}}}})
             >>> report.residual_rows()
-            [('policy=None', ['x', 'TypeError: no'])]
+            [('policy=None', ['x', 'raises TypeError: no'])]
         """
         path = ("remat3", "residuals") if remat3 else ("residuals",)
         return [(label, self.values(*path, label, then=residual_summary)) for label in self._labels(*path)]
@@ -631,6 +861,140 @@ class VersionReport:
     def format_rows(self) -> list[Row]:
         """The layout of a residual listing's line, with its location turned into placeholders."""
         return [("output of a primitive", self.values("residual_line_format"))]
+
+    # -- what changed from one release to the next --
+
+    def step(self, before: str, after: str) -> Step:
+        """What differs between two of the releases, read from the rows of the page's tables.
+
+        New and gone: parameters of ``jax.checkpoint`` and ``jax.remat``, names of
+        ``jax.checkpoint_policies``, exports of ``jax.ad_checkpoint``, configuration flags and
+        names of ``jax``. Changed: the rows that both releases have and whose values differ,
+        grouped when they change the same way; for the residual tables, the policies whose
+        residuals differ.
+
+        Args:
+            before: The older release, one of ``versions``.
+            after: The newer release, one of ``versions``.
+
+        Raises:
+            ValueError: If a release is not one of ``versions``.
+
+        Examples:
+            >>> from remat_guide.site.versions import VersionReport
+            >>> report = VersionReport({
+            ...     "0.1": {"behaviour": {"concrete=True": "raises NotImplementedError: gone"},
+            ...             "top_level_names": ["remat"]},
+            ...     "0.2": {"behaviour": {"concrete=True": "raises TypeError: unknown"},
+            ...             "top_level_names": ["checkpoint", "remat"]}})
+            >>> print(report.step("0.1", "0.2").markdown())
+            - **0.1 → 0.2**
+              - New: [`jax.checkpoint`](reference-parameters).
+              - Changed: [`concrete=True`](param-concrete-removed): `NotImplementedError` → `TypeError`.
+        """
+        for version in (before, after):
+            if version not in self.versions:
+                raise ValueError(f"{version!r} is not one of the releases {self.versions}")
+        step = Step(before, after)
+        i, j = self.versions.index(before), self.versions.index(after)
+
+        def pairs(rows: Sequence[Row]) -> list[tuple[str, Any, Any]]:
+            return [(label, values[i], values[j]) for label, values in rows]
+
+        def presence(rows: Sequence[Row]) -> tuple[list[str], list[str]]:
+            both = pairs(rows)
+            return ([label for label, old, new in both if old is ABSENT and new is not ABSENT],
+                    [label for label, old, new in both if old is not ABSENT and new is ABSENT])
+
+        def changes(rows: Sequence[Row], name: Callable[[str], str]) -> None:
+            for (old, new), labels in _transitions(pairs(rows)).items():
+                step.changed.append(f"{_and([name(label) for label in labels])}: `{old}` → `{new}`")
+
+        # The parameters of jax.checkpoint and jax.remat.
+        owners: dict[str, dict[str, list[str]]] = {"new": {}, "gone": {}}
+        for key, owner in (("checkpoint_parameters", "jax.checkpoint"), ("remat_parameters", "jax.remat")):
+            rows = self.parameter_rows(key)
+            for kind, labels in zip(("new", "gone"), presence(rows)):
+                for label in labels:
+                    owners[kind].setdefault(label, []).append(owner)
+            for label, old, new in pairs(rows):
+                if old is not ABSENT and new is not ABSENT and _values_differ([old, new]):
+                    step.changed.append(f"{_code(label)} of {_code(owner)}: {_field_change(old, new)}")
+        for kind, found in owners.items():
+            getattr(step, kind).extend(f"parameter {_code(label)} of {_and([_code(o) for o in where])}"
+                                       for label, where in found.items())
+        changes(self.remat_rows()[:1], lambda label: label)
+        changes(self.behaviour_rows(), _code)
+
+        # The namespace jax.checkpoint_policies.
+        policies = self.policy_rows()
+        names = set(self._labels("policies", "names"))
+        namespace = _code("jax.checkpoint_policies")
+        for kind, labels in zip(("new", "gone"), presence([r for r in policies if r[0] in names])):
+            if labels:
+                getattr(step, kind).append(f"in {namespace}: {_and([_code(label) for label in labels])}")
+        aliases = {first: second for version in (before, after)
+                   for first, second in (self.item("policies", "aliases")[version]
+                                         if isinstance(self.item("policies", "aliases")[version], list) else [])}
+
+        def policy_names(labels: Sequence[str]) -> str:
+            kept = [label for label in labels if aliases.get(label) not in labels]
+            dropped = len(labels) - len(kept)
+            return _and([_code(label) for label in kept]) + (
+                "" if not dropped else " (and its alias)" if dropped == 1 else " (and their aliases)")
+
+        for (old, new), labels in _transitions(pairs([r for r in policies if r[0] in names])).items():
+            step.changed.append(f"{policy_names(labels)}: `{old}` → `{new}`")
+        made = [r for r in policies if r[0].endswith("(...) returns")]
+        by_kind: dict[tuple[str, str], list[str]] = {}
+        for (old, new), labels in _transitions(pairs(made)).items():
+            by_kind.setdefault((_kind(old), _kind(new)), []).extend(labels)
+        for (old, new), labels in by_kind.items():
+            calls = [_code(label.removesuffix(" returns")) for label in labels]
+            step.changed.append(f"what {_and(calls)} return{'s' if len(calls) == 1 else ''}: {old} → {new}")
+        changes([r for r in policies if r[0] not in names and r not in made and r[0] != "number of names"],
+                lambda label: label)
+
+        # What each policy saves, without and with jax_remat3.
+        for remat3 in (False, True):
+            both = [(label, old, new) for label, old, new in pairs(self.residual_rows(remat3=remat3))
+                    if old is not ABSENT and new is not ABSENT]
+            labels = [label for label, old, new in both if _values_differ([old, new])]
+            flag = f" under {_code('jax_remat3')}" if remat3 else ""
+            if len(labels) > 3:
+                rows = f"all {len(both)}" if len(labels) == len(both) else f"{len(labels)} of the {len(both)}"
+                step.changed.append(f"what is saved{flag} ({rows} rows both have)")
+            elif labels:
+                ways = [f"with {_code(label)}" for label in labels if label != "(no checkpoint)"]
+                ways += ["without a checkpoint"] if "(no checkpoint)" in labels else []
+                step.changed.append(f"what is saved{flag} {_and(ways)}")
+        changes(self.remat3_rows(), lambda label: f"under {_code('jax_remat3')}, {label}")
+
+        # Exports, flags, names of jax and the listing's layout.
+        exports = self.export_rows()
+        for kind, labels in zip(("new", "gone"), presence(exports)):
+            getattr(step, kind).extend(_code(label) for label in labels)
+        changes(exports, _code)
+        flags = [(label.removeprefix("flag ").removesuffix(" (default)"), values)
+                 for label, values in self.flag_rows()]
+        for kind, labels in zip(("new", "gone"), presence(flags)):
+            getattr(step, kind).extend(f"flag {_code(label)}" for label in labels)
+        changes(flags, lambda label: f"the default of {_code(label)}")
+        tops = self.item("top_level_names")
+        old_top, new_top = (tops[v] if isinstance(tops[v], list) else [] for v in (before, after))
+        step.new.extend(_code(f"jax.{n}") for n in new_top if n not in old_top)
+        step.gone.extend(_code(f"jax.{n}") for n in old_top if n not in new_top)
+        if _transitions(pairs(self.format_rows())):
+            step.changed.append("the layout of a line of a residual listing")
+        return step
+
+    def changes(self) -> list[Step]:
+        """What differs from each release to the next (:meth:`VersionReport.step`), oldest first."""
+        return [self.step(before, after) for before, after in zip(self.versions, self.versions[1:])]
+
+    def summary(self) -> str:
+        """The changes from each release to the next as a Markdown list, one item per step."""
+        return "\n".join(step.markdown() for step in self.changes())
 
     # -- checking the prose against the rows --
 
@@ -665,6 +1029,6 @@ class VersionReport:
         """
         return [version for version, value in self.row(rows, label).items() if holds(value)]
 
-    def table(self, first_header: str, rows: Sequence[Row], code: bool = True) -> Table:
+    def table(self, first_header: str, rows: Sequence[Row], code: bool = True) -> ComparisonTable:
         """The rows as a table with one column per version (:func:`comparison_table`)."""
         return comparison_table(first_header, self.versions, rows, code=code)
