@@ -93,7 +93,7 @@ class Lane:
         label: The policy's label (a key of ``policies``).
         policy: The policy's name (:func:`~remat_guide.policy_label`), or ``""`` for no
             checkpoint.
-        fates: One of :data:`FATES` per value of the diagram, in its order.
+        fates: One of :data:`~remat_guide.diagram.FATES` per value of the diagram, in its order.
         in_forward: Per value, whether the forward pass computes it (an argument is
             always there). With ``jax.checkpoint`` the forward pass computes only what
             the function's output needs and what the policy keeps.
@@ -141,19 +141,19 @@ class Lane:
 class PolicyDiagram:
     """What a few policies do with the values of one function, as data and as an SVG figure.
 
-    Returned by :func:`policy_diagram`. In a notebook it shows as the figure; printed, as a
+    Returned by :func:`~remat_guide.policy_diagram`. In a notebook it shows as the figure; printed, as a
     grid of letters (``K`` kept, ``O`` offloaded, ``R`` recomputed, ``-`` not needed).
 
     Attributes:
         values: The columns: the values that at least one policy keeps, offloads or
             recomputes, arguments first, then in program order.
-        lanes: The rows: one :class:`Lane` per policy, in the order given.
+        lanes: The rows: one :class:`~remat_guide.diagram.Lane` per policy, in the order given.
         omitted: The labels of the values that the forward pass computes but no policy
             keeps or recomputes (such as the function's output); not drawn.
 
     Raises:
-        TypeError: If ``values`` does not hold :class:`Value`, ``lanes`` :class:`Lane`,
-            or ``omitted`` strings.
+        TypeError: If ``values`` does not hold :class:`~remat_guide.diagram.Value`,
+            ``lanes`` :class:`~remat_guide.diagram.Lane`, or ``omitted`` strings.
         ValueError: If a lane has not one fate per value, or two values or two lanes
             share a label.
     """
@@ -210,7 +210,7 @@ class PolicyDiagram:
 
     @property
     def svg(self) -> str:
-        """The figure as SVG text: :meth:`to_svg`."""
+        """The figure as SVG text: :meth:`~remat_guide.PolicyDiagram.to_svg`."""
         return self.to_svg()
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -378,14 +378,13 @@ def _lane(label: str, policy: Any, fn: Callable, args: tuple, kwargs: dict, argn
         g = jax.checkpoint(fn, policy=validation.PolicyProbe(policy, f"policies[{label!r}]"))
     residuals = saved_residuals(g, *args, argnums=argnums, **kwargs)
     fates: dict[int, str] = {}
-    extra: list[_Column] = []
     kept = _Claims(columns)
     for residual in residuals:
         index = kept.claim(_residual_match(residual))
-        if index is None:  # a constant, a carry, or a value this trace alone computes
-            extra.append(_Column(residual.kind, residual.name, residual.name if residual.kind == "primitive" else "",
-                                 residual.per_iteration_shape, residual.dtype, residual.location))
-            columns.append(extra[-1])
+        if index is None:  # a constant, a carry, or a value this trace alone computes: a new column
+            primitive = residual.name if residual.kind == "primitive" else ""
+            columns.append(_Column(residual.kind, residual.name, primitive, residual.per_iteration_shape,
+                                   residual.dtype, residual.location))
             index = len(columns) - 1
             kept.claimed.add(index)
         fates[index] = OFFLOADED if residual.memory == "host" else KEPT
@@ -505,9 +504,10 @@ def policy_diagram(fn: Callable, /, *args: Any, policies: Any = None, argnums: i
     data (their labels are in ``omitted``). The figure has a lane per policy: the forward
     pass above (a dashed box: a value it does not compute), the backward pass below;
     a kept value crosses from one to the other, an offloaded one passes through host
-    memory. The figure is 760 pixels wide for up to seven values, wider for more. Nothing
-    is executed: ``fn`` is only traced, so arguments may be ``jax.ShapeDtypeStruct``
-    values.
+    memory. Seven values fit in 710 pixels; each further value widens the figure by 88.
+    Nothing is executed: ``fn`` is only traced, so arguments may be
+    ``jax.ShapeDtypeStruct`` values. A function with many values makes a wide figure:
+    draw a small one, such as one layer, to see what a policy does.
 
     Args:
         fn: The function to differentiate (positional only). Its arguments may be
@@ -525,8 +525,9 @@ def policy_diagram(fn: Callable, /, *args: Any, policies: Any = None, argnums: i
             keywords ``policies`` and ``argnums`` belong to ``policy_diagram``.
 
     Returns:
-        A :class:`PolicyDiagram`: its ``svg`` is the figure (a notebook shows it), its
-        ``values``, ``lanes`` and :meth:`~PolicyDiagram.to_pandas` the data.
+        A :class:`~remat_guide.PolicyDiagram`: its ``svg`` is the figure (a notebook
+        shows it), its ``values``, ``lanes`` and
+        :meth:`~remat_guide.PolicyDiagram.to_pandas` the data.
 
     Raises:
         TypeError: If ``fn`` is not callable, ``policies`` is not one of the forms above
@@ -603,10 +604,11 @@ _FORWARD_FILL = "#e6e8eb"
 _MARGIN = 12
 _GUTTER = 80          # the row names, left of the boxes
 _COLUMN = 88          # one value
-_BOX_W, _BOX_H = 78, 38
-_TITLE_H = 32
-_GAP = 44             # between the forward and the backward row
-_LANE_GAP = 20
+_BOX_W, _BOX_H = 78, 36
+_TITLE_H = 30
+_BASELINE = 24        # of a box's text, below its top
+_GAP = 36             # between the forward and the backward row
+_LANE_GAP = 16
 _MAX_CHARS = 7        # longer labels are cut short in a box
 _CHAR = 0.62          # the width of a character, in font sizes (for laying out the legend)
 _MIN_WIDTH = 560
@@ -646,7 +648,7 @@ def _legend(width: float, y: float) -> tuple[list[str], float]:
     size = 15
     items = [(_LEGEND_TEXT[fate], _swatch(_STYLE[fate][0], _STYLE[fate][1], dashed=fate == NOT_NEEDED,
                                           letter=_STYLE[fate][2])) for fate in FATES]
-    items.append(("computed by the forward pass", _swatch(_FORWARD_FILL, _MUTED)))
+    items.append(("computed forward", _swatch(_FORWARD_FILL, _MUTED)))
     items.append(("not computed forward", _swatch("none", _MUTED, dashed=True)))
     out = ['<g class="legend">']
     x, row_y = 0.0, y
@@ -673,28 +675,28 @@ def _cell(lane: Lane, value: Value, fate: str, forward: bool, bx: float, forward
     box = f'x="{bx:g}" width="{_BOX_W}" height="{_BOX_H}" rx="4"'
     if forward:
         out.append(f'<rect {box} y="{forward_y:g}" fill="{_FORWARD_FILL}" stroke="{_MUTED}" stroke-width="1"/>')
-        out.append(_text(cx, forward_y + 25, label, 17, anchor="middle"))
+        out.append(_text(cx, forward_y + _BASELINE, label, 17, anchor="middle"))
     else:
         out.append(f'<rect {box} y="{forward_y:g}" fill="none" stroke="{_MUTED}" stroke-width="1.5" '
                    'stroke-dasharray="4 3"/>')
-        out.append(_text(cx, forward_y + 25, label, 17, anchor="middle", fill=_MUTED))
+        out.append(_text(cx, forward_y + _BASELINE, label, 17, anchor="middle", fill=_MUTED))
     top, bottom = forward_y + _BOX_H, backward_y
     if fate == KEPT:
         out.append(f'<line x1="{cx:g}" y1="{top:g}" x2="{cx:g}" y2="{bottom:g}" stroke="{edge}" stroke-width="4"/>')
     elif fate == OFFLOADED:
-        chip_y = top + 9
-        chip_h = bottom - top - 18
+        chip_y = top + 6
+        chip_h = bottom - top - 12
         out.append(f'<line x1="{cx:g}" y1="{top:g}" x2="{cx:g}" y2="{bottom:g}" stroke="{edge}" stroke-width="4" '
                    'stroke-dasharray="5 3"/>')
         out.append(f'<rect x="{bx + 10:g}" y="{chip_y:g}" width="{_BOX_W - 20}" height="{chip_h:g}" rx="3" '
                    f'fill="url(#remat-host)" stroke="{edge}" stroke-width="1.5"/>')
         out.append(_text(cx, chip_y + chip_h / 2 + 5, "host", 14, anchor="middle", weight="bold", fill=edge))
     if fate == NOT_NEEDED:
-        out.append(_text(cx, backward_y + 26, letter, 18, anchor="middle", fill=_MUTED))
+        out.append(_text(cx, backward_y + _BASELINE, letter, 18, anchor="middle", fill=_MUTED))
     else:
         out.append(f'<rect {box} y="{backward_y:g}" fill="{fill}" stroke="{edge}" stroke-width="2"/>')
         text = f"{letter} {label}" if len(label) <= 5 else letter
-        out.append(_text(cx, backward_y + 26, text, 17, anchor="middle", weight="bold"))
+        out.append(_text(cx, backward_y + _BASELINE, text, 17, anchor="middle", weight="bold"))
     out.append("</g>")
     return out
 
@@ -716,8 +718,8 @@ def _svg(diagram: PolicyDiagram) -> str:
         body.append(_text(width - _MARGIN, y + 21, summary, 15, anchor="end", fill=_MUTED))
         forward_y = y + _TITLE_H
         backward_y = forward_y + _BOX_H + _GAP
-        body.append(_text(_MARGIN, forward_y + 24, "forward", 15, fill=_MUTED))
-        body.append(_text(_MARGIN, backward_y + 24, "backward", 15, fill=_MUTED))
+        body.append(_text(_MARGIN, forward_y + _BASELINE, "forward", 15, fill=_MUTED))
+        body.append(_text(_MARGIN, backward_y + _BASELINE, "backward", 15, fill=_MUTED))
         for column, (value, fate, forward) in enumerate(zip(diagram.values, lane.fates, lane.in_forward)):
             body += _cell(lane, value, fate, forward, x0 + column * _COLUMN, forward_y, backward_y)
         body.append("</g>")
