@@ -2,6 +2,7 @@
 
 from remat_guide._labels import policy_label
 from remat_guide.compare import Comparison, PolicyRow, compare_policies, policy_table, recommend_policy
+from remat_guide.diagram import PolicyDiagram, policy_diagram
 from remat_guide.exercise import checkpoint_dot_policy
 from remat_guide.flops import FlopCount, Loop, count_flops
 from remat_guide.fwd_bwd import FwdBwd, fwd_bwd
@@ -14,6 +15,7 @@ __all__ = [
     "FlopCount",
     "FwdBwd",
     "Loop",
+    "PolicyDiagram",
     "PolicyRow",
     "Residual",
     "Residuals",
@@ -24,6 +26,7 @@ __all__ = [
     "count_flops",
     "fwd_bwd",
     "plan_names",
+    "policy_diagram",
     "policy_label",
     "policy_table",
     "recommend_policy",

@@ -16,7 +16,7 @@ USER_TOOLS = {
     "checkpoint_dot_policy", "check_solution", "SolutionError",
     "saved_residuals", "Residuals", "Residual", "fwd_bwd", "FwdBwd",
     "compare_policies", "recommend_policy", "plan_names", "Comparison", "PolicyRow", "policy_table",
-    "count_flops", "FlopCount", "Loop", "policy_label",
+    "count_flops", "FlopCount", "Loop", "policy_label", "policy_diagram", "PolicyDiagram",
 }
 
 

@@ -20,6 +20,7 @@ from remat_guide import (
     FlopCount,
     FwdBwd,
     Loop,
+    PolicyDiagram,
     PolicyRow,
     Residual,
     Residuals,
@@ -30,6 +31,7 @@ from remat_guide import (
     fwd_bwd,
     models,
     plan_names,
+    policy_diagram,
     policy_label,
     policy_table,
     recommend_policy,
@@ -37,6 +39,7 @@ from remat_guide import (
     tables,
 )
 from remat_guide._validation import MAX_BYTES
+from remat_guide.diagram import Lane, Value
 from remat_guide.fwd_bwd import Line
 from remat_guide.site import policy_matrix
 from remat_guide.site.api_items import ApiItem, api_items, undocumented
@@ -412,6 +415,41 @@ CASES = {
         ("Line depth negative", lambda: Line("a", depth=-1), ValueError, "depth"),
         ("Line mark unknown", lambda: Line("a", mark="kept"), ValueError, "mark"),
         ("Line text not a str", lambda: Line(None), TypeError, "text"),
+    ],
+    "policy_diagram": [
+        ("fn not callable", lambda: policy_diagram("layer", W, X[:2]), TypeError, "fn"),
+        ("policies an int", lambda: policy_diagram(layer, W, X[:2], policies=3), TypeError, "policies"),
+        ("policies a str", lambda: policy_diagram(layer, W, X[:2], policies="dots_saveable"),
+         TypeError, "policies"),
+        ("policies empty", lambda: policy_diagram(layer, W, X[:2], policies={}), ValueError, "policies"),
+        ("a label not a str", lambda: policy_diagram(layer, W, X[:2], policies={1: None}),
+         TypeError, "policies"),
+        ("a policy an int", lambda: policy_diagram(layer, W, X[:2], policies={"p": 3}),
+         TypeError, "policies"),
+        ("an unknown policy name", lambda: policy_diagram(layer, W, X[:2], policies={"p": "dots_savable"}),
+         ValueError, "policies"),
+        ("a factory by name", lambda: policy_diagram(layer, W, X[:2], policies=["save_only_these_names"]),
+         ValueError, "policies"),
+        ("a name not a str", lambda: policy_diagram(layer, W, X[:2], policies=[None]), TypeError, "policies"),
+        ("a policy with a wrong signature", lambda: policy_diagram(layer, W, X[:2], policies={"p": not_a_policy}),
+         TypeError, "policies"),
+        ("a policy answering an int", lambda: policy_diagram(layer, W, X[:2], policies={"p": answers_an_int}),
+         TypeError, "policies"),
+        ("an integer argument", lambda: policy_diagram(layer, jnp.ones((2, 2), int), jnp.ones((1, 2), int)),
+         TypeError, "arguments"),
+        ("argnums out of range", lambda: policy_diagram(layer, W, X[:2], argnums=2), ValueError, "argnums"),
+        ("no return", lambda: policy_diagram(no_return, X), ValueError, "fn"),
+    ],
+    "PolicyDiagram": [
+        ("values an int", lambda: PolicyDiagram(3, []), TypeError, "values"),
+        ("lanes holding a str", lambda: PolicyDiagram([], ["dots_saveable"]), TypeError, "lanes"),
+        ("a lane of the wrong length", lambda: PolicyDiagram([], [Lane("p", "", ("kept",), (True,))]),
+         ValueError, "lanes"),
+        ("Lane fate unknown", lambda: Lane("p", "", ("saved",), (True,)), ValueError, "fates"),
+        ("Lane in_forward too short", lambda: Lane("p", "", ("kept",), ()), ValueError, "in_forward"),
+        ("Value kind unknown", lambda: Value("a", "input", "a", "f32[2]", 8), ValueError, "kind"),
+        ("Value nbytes negative", lambda: Value("a", "argument", "a", "f32[2]", -8), ValueError, "nbytes"),
+        ("save to an int", lambda: PolicyDiagram([], []).save(3), TypeError, "path"),
     ],
     "ApiItem": [
         ("unknown group", lambda: ApiItem("function", "checkpoint", "api-checkpoint"), ValueError, "group"),
