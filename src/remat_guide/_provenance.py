@@ -30,7 +30,7 @@ _USER_CODE = ("remat_guide.models", "remat_guide.exercise", "remat_guide.site")
 _PASS_THROUGH = ("reduce_precision", "device_put")
 # Primitives that call a jaxpr with the equation's operands and return its outputs as they are.
 _CALLS = ("jit", "pjit", "closed_call", "core_call", "checkpoint", "remat", "remat2",
-          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
+          "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "eval_jaxpr")
 
 _STDLIB = sysconfig.get_path("stdlib") + os.sep
 _SITE_PACKAGES = tuple(sysconfig.get_path(key) + os.sep for key in ("purelib", "platlib"))

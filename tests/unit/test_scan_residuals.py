@@ -314,3 +314,15 @@ def test_the_package_example_models_keep_their_own_locations():
     w, x = jnp.ones((WIDTH, WIDTH)), jnp.ones((ROWS, WIDTH))
     dots = saved_residuals(checkpoint_dot_policy, w, w, x).by_kind("primitive")
     assert [r.location.split(":")[0] for r in dots] == ["exercise.py", "exercise.py"]
+
+
+def test_a_scan_inside_a_checkpoint_with_a_policy_is_attributed_to_its_operation():
+    # A checkpoint with a policy traces its body through eval_jaxpr: the residual is still the
+    # scan's matmul output, stacked over the iterations, not an eval_jaxpr at the scan's line.
+    def f(ws, x):
+        return jnp.sum(jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, ws)[0])
+
+    kept = saved_residuals(jax.checkpoint(f, policy=jax.checkpoint_policies.dots_saveable),
+                           jnp.ones((3, 4, 4)), jnp.ones((2, 4)))
+    computed = [(r.name, r.stacked_type_str) for r in kept if r.kind == "primitive"]
+    assert computed == [("dot_general", "3 × f32[2,4]")]
