@@ -186,6 +186,13 @@ _OVERFLOWING = """() => {
 }"""
 
 
+# Code blocks of the article (shown or folded) whose lines run past the right edge of their box.
+_WIDE_CODE = """() => [...document.querySelectorAll('article div.highlight pre')]
+  .filter(el => el.scrollWidth > el.clientWidth + 1)
+  .map(el => `needs ${el.scrollWidth}px, has ${el.clientWidth}px: `
+             + el.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), ''))"""
+
+
 @pytest.fixture(scope="module")
 def tour(browser, base_url, site_dir):
     """Every content page in the four views (two widths, two themes), each visited once.
@@ -219,6 +226,10 @@ def tour(browser, base_url, site_dir):
                 stem = name.removesuffix(".html").replace("/", "_")
                 page.screenshot(path=str(shots / f"{stem}-{width}-{theme}.jpg"), full_page=True,
                                 type="jpeg", quality=85)
+                if width == DESKTOP:  # the folded code too, opened as a reader would
+                    page.evaluate("document.querySelectorAll('article details')"
+                                  ".forEach(d => { d.open = true; })")
+                    seen[name, width, theme]["code"] = page.evaluate(_WIDE_CODE)
             seen["problems", width, theme] = problems
             context.close()
     return seen
@@ -236,6 +247,12 @@ def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(tour, site
     overflowing = {(name, theme): tour[name, DESKTOP, theme]["overflowing"]
                    for name in _content_pages(site_dir) for theme in ("light", "dark")}
     assert {key: found for key, found in overflowing.items() if found} == {}
+
+
+def test_no_code_line_runs_past_its_box_at_desktop_width(tour, site_dir):
+    wide = {(name, theme): tour[name, DESKTOP, theme]["code"]
+            for name in _content_pages(site_dir) for theme in ("light", "dark")}
+    assert {key: found for key, found in wide.items() if found} == {}
 
 
 def test_no_page_scrolls_sideways_at_phone_width(tour, site_dir):
