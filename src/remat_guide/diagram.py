@@ -210,7 +210,7 @@ class PolicyDiagram:
 
     @property
     def svg(self) -> str:
-        """The figure as SVG text: :meth:`~remat_guide.PolicyDiagram.to_svg`."""
+        """Returns the figure as SVG text, the same as :meth:`~remat_guide.PolicyDiagram.to_svg`."""
         return self.to_svg()
 
     def save(self, path: str | os.PathLike[str]) -> None:
