@@ -463,3 +463,14 @@ def test_api_names_link_by_the_site_s_rule():
     assert versions.api_label("jax_remat3") == "flag-jax_remat3"
     for plain in ("policy=None", "SaveOnlyTheseNames", "jax.custom_remat", "fun", "ok"):
         assert versions.api_label(plain) is None, plain
+
+
+def test_long_values_wrap_between_words_not_inside_them():
+    table = versions.comparison_table("item", ["1", "2"], [
+        ("factory", ["function", "instance of SaveAndOffloadOnlyTheseNames"]),
+        ("type", ["jax.checkpoint_policies", "raises ModuleNotFoundError: gone"])])
+    html = table._repr_html_()
+    assert "Save<wbr>And<wbr>Offload<wbr>Only<wbr>These<wbr>Names" in html
+    assert "jax.<wbr>checkpoint_<wbr>policies" in html
+    assert "<code>ModuleNotFoundError</code>" in html  # an exception's type stays whole
+    assert "<wbr>" not in str(table)

@@ -479,7 +479,7 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
                 notes.append(note)
             n = notes.index(note) + 1
             return f'{kind}&nbsp;<a href="#{anchor}-{n}">[{n}]</a>'
-        text = html.escape(short_value(value))
+        text = _breakable(html.escape(short_value(value)))
         return f"<code>{text}</code>" if code and value != ABSENT else text
 
     changed = changed_rows(rows)
@@ -491,6 +491,18 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
                             + [""] * len(versions) for label, _ in rows], columns=columns)
     table = Table(frame, cell_classes=classes, html_columns=versions, table_class="remat-versions")
     return ComparisonTable(table, notes, anchor, changed)
+
+
+_BREAK = re.compile(r"(?<=[_.])(?=\w)|(?<=[a-z])(?=[A-Z])")
+
+
+def _breakable(text: str) -> str:
+    """Escaped text with a line-break opportunity after each ``_`` or ``.`` and inside camel case.
+
+    A value such as ``SaveAndOffloadOnlyTheseNames`` then wraps between its words, not
+    between two letters of one, and the table fits the column.
+    """
+    return _BREAK.sub("<wbr>", text)
 
 
 # --- the summary of what changed -------------------------------------------------------------
