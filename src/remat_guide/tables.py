@@ -211,13 +211,14 @@ class Table:
                   .set_table_attributes(f'class="{table_class}"')
                   .set_table_styles([{"selector": f"th.col{i}", "props": "text-align: right;"}
                                      for i in numeric]))
-        if self.caption:
-            styler = styler.set_caption(self.caption)
         styler.cell_ids = False
         key = "".join(f'<span class="{html.escape(css)}">{html.escape(text)}</span>'
                       for css, text in self.legend.items())
         key = f'<p class="remat-legend">{key}</p>' if key else ""
-        return f'{key}<div class="remat-table-scroll">{styler.to_html()}</div>'
+        # The caption sits above the scrolling box, so that a phone shows all of it.
+        caption = (f'<p class="remat-table-caption">{html.escape(self.caption)}</p>'
+                   if self.caption else "")
+        return f'{caption}{key}<div class="remat-table-scroll">{styler.to_html()}</div>'
 
     def __str__(self) -> str:
         shown, formatters = self._shown()

@@ -49,3 +49,10 @@ def test_equal_values_keep_the_short_form():
     assert column_cells(table) == ["1.00", "1.00", "3.00"]
     ratios = Table(pd.DataFrame({"r": [1.0, 1.25]}), units={"r": "ratio"})
     assert column_cells(ratios) == ["1.000×", "1.250×"]
+
+
+def test_a_caption_sits_above_the_scrolling_box_so_a_phone_shows_all_of_it():
+    html = Table(pd.DataFrame({"a": [1]}), caption="What <this> shows")._repr_html_()
+    caption, rest = html.split('<div class="remat-table-scroll">')
+    assert caption == '<p class="remat-table-caption">What &lt;this&gt; shows</p>'
+    assert "<caption" not in rest and "What" not in rest
