@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["COLUMN_UNITS", "Table", "unit_for"]
+__all__ = ["COLUMN_UNITS", "Table", "unit_for", "word_breaks"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
@@ -98,9 +98,33 @@ def _text(value: Any, html_cell: bool) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text)) if html_cell else text
 
 
+_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])")
+
+
+def word_breaks(text: str) -> str:
+    """HTML text with a line-break opportunity after each ``_`` and inside camel case.
+
+    A long name in a table cell then wraps between its words
+    (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``),
+    never between two letters of one, and the table fits a narrower column.
+
+    Args:
+        text: HTML text (already escaped).
+
+    Returns:
+        The text with ``<wbr>`` inserted.
+
+    Examples:
+        >>> word_breaks("save_only_these_names")
+        'save_<wbr>only_<wbr>these_<wbr>names'
+        >>> word_breaks("SaveOnlyTheseNames")
+        'Save<wbr>Only<wbr>These<wbr>Names'
+    """
+    return _WORD_BREAK.sub("<wbr>", text)
+
+
 def _breakable(value: Any) -> str:
-    """Escaped text that may wrap after an underscore: long policy names stay readable."""
-    return html.escape(str(value)).replace("_", "_<wbr>")
+    return word_breaks(html.escape(str(value)))
 
 
 class Table:

@@ -19,7 +19,7 @@ import jax
 import pandas as pd
 
 from remat_guide.site import version_probe
-from remat_guide.tables import Table
+from remat_guide.tables import Table, word_breaks
 
 __all__ = ["ABSENT", "ENVS_VARIABLE", "PROBE_PLATFORM", "REMAT3_ITEMS", "ComparisonTable", "VersionReport",
            "api_label", "changed_rows", "comparison_table", "count_in_words", "error_parts", "find_interpreters",
@@ -407,7 +407,7 @@ class ComparisonTable:
 
     def __str__(self) -> str:
         notes = [f"[{n}] {note}" for n, note in enumerate(self.notes, start=1)]
-        return "\n".join([str(self.table).replace("\xa0", " "), *notes])
+        return "\n".join([str(self.table), *notes])
 
     def __repr__(self) -> str:
         return str(self)
@@ -478,8 +478,8 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
             if note not in notes:
                 notes.append(note)
             n = notes.index(note) + 1
-            return f'{kind}&nbsp;<a href="#{anchor}-{n}">[{n}]</a>'
-        text = _breakable(html.escape(short_value(value)))
+            return f'{kind} <a href="#{anchor}-{n}">[{n}]</a>'
+        text = word_breaks(html.escape(short_value(value)))
         return f"<code>{text}</code>" if code and value != ABSENT else text
 
     changed = changed_rows(rows)
@@ -491,18 +491,6 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
                             + [""] * len(versions) for label, _ in rows], columns=columns)
     table = Table(frame, cell_classes=classes, html_columns=versions, table_class="remat-versions")
     return ComparisonTable(table, notes, anchor, changed)
-
-
-_BREAK = re.compile(r"(?<=[_.])(?=\w)|(?<=[a-z])(?=[A-Z])")
-
-
-def _breakable(text: str) -> str:
-    """Escaped text with a line-break opportunity after each ``_`` or ``.`` and inside camel case.
-
-    A value such as ``SaveAndOffloadOnlyTheseNames`` then wraps between its words, not
-    between two letters of one, and the table fits the column.
-    """
-    return _BREAK.sub("<wbr>", text)
 
 
 # --- the summary of what changed -------------------------------------------------------------
