@@ -27,7 +27,7 @@ def test_versions_page_shows_the_differences_it_describes(built_page):
     text = " ".join(page_text(html).split())
     # concrete: NotImplementedError in 0.10.2, unknown keyword afterwards. The cells name the
     # exception; the notes under the table hold the messages.
-    assert re.search(r'<code>NotImplementedError</code> <a href="#versions-note-\w+-1">\[1\]</a>', html)
+    assert re.search(r'<code>Not<wbr>Implemented<wbr>Error</code> <a href="#versions-note-\w+-1">\[1\]</a>', html)
     assert "NotImplementedError: The `concrete` option" in text
     assert "TypeError: checkpoint() got an unexpected keyword argument 'concrete'" in text
     # The dot policies: class instances, then functions.

@@ -470,7 +470,7 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
     def cell(value: Any) -> str:
         error = error_parts(value)
         if error is not None:
-            kind = html.escape(error[0])
+            kind = word_breaks(html.escape(error[0]))
             kind = f"<code>{kind}</code>" if code else kind
             if not error[1]:  # the type is all there is to tell
                 return kind
