@@ -22,7 +22,8 @@ The rule, applied to every HTML page of the built site except Sphinx's generated
   ``jax.checkpoint(f, policy=p)`` names ``jax.checkpoint``; ``static_argnums=(0,)`` names
   ``static_argnums``. When the text before ``=`` is not an API name, the value after it is
   checked the same way, so ``policy=jax.checkpoint_policies.dots_saveable`` names that policy.
-* The spellings and the label each must reach:
+* The spellings and the label each must reach (the table is
+  ``remat_guide.site.api_items.api_spellings``, which the versions page links with too):
 
   - every policy ``p`` of the installed ``jax.checkpoint_policies`` as ``p``,
     ``checkpoint_policies.p``, ``jax.checkpoint_policies.p`` or
@@ -51,43 +52,12 @@ import pathlib
 import re
 import zlib
 
-import jax
+from remat_guide.site.api_items import api_spellings
 
 SKIPPED_PAGES = {"genindex.html", "search.html", "py-modindex.html"}
 HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
         "track", "wbr"}
-POLICIES = sorted(n for n in dir(jax.checkpoint_policies) if not n.startswith("_"))
-
-
-def api_spellings() -> dict[str, str]:
-    """Each spelling of an API name that must link, mapped to the label it must reach."""
-    spellings = {}
-    for policy in POLICIES:
-        for prefix in ("", "checkpoint_policies.", "jax.checkpoint_policies.",
-                       "jax.ad_checkpoint.checkpoint_policies."):
-            spellings[prefix + policy] = f"policy-{policy}"
-    for name in ("checkpoint_policies", "jax.checkpoint_policies",
-                 "jax.ad_checkpoint.checkpoint_policies"):
-        spellings[name] = "api-checkpoint_policies"
-    for param in ("prevent_cse", "static_argnums", "static_argnames"):
-        spellings[param] = f"param-{param}"
-    spellings["concrete"] = "param-concrete-removed"
-    for name in ("checkpoint_name", "checkpoint_name_fwd", "name_p", "print_saved_residuals",
-                 "Saveable", "Recompute", "Offloadable"):
-        spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
-    spellings["jax.checkpoint"] = "reference-parameters"
-    spellings["jax.remat"] = "reference-remat"
-    for flag in jax.config.values:
-        if "remat" in flag or "checkpoint" in flag:
-            spellings[flag] = f"flag-{flag}"
-    for name in ("defremat", "defremat_with_logs"):
-        spellings[name] = spellings[f"jax.custom_vjp.{name}"] = f"custom_vjp-{name}"
-    spellings["optimize_remat"] = "custom_vjp-defvjp-optimize_remat"
-    spellings["saveable_args"] = "vjp-saveable_args"
-    return spellings
-
-
 SPELLINGS = api_spellings()
 _HEAD = re.compile(r"([A-Za-z_][\w.]*)(\(.*\)|=(.*))?", re.DOTALL)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import jax
 import jax.ad_checkpoint
 
-__all__ = ["ApiItem", "api_items", "undocumented"]
+__all__ = ["ApiItem", "api_items", "api_spellings", "undocumented"]
 
 GROUPS = ("parameter", "policy", "export", "custom", "transform", "flag")
 # The differentiation entry points whose every parameter decides what a backward pass keeps.
@@ -179,3 +179,40 @@ def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
     # Sphinx stores labels in lower case, so (api-Saveable)= is found as api-saveable.
     folded = {label.lower() for label in labels}
     return [item for item in api_items() if item.label.lower() not in folded]
+
+
+def api_spellings() -> dict[str, str]:
+    """Each spelling of an API name that the site documents, mapped to its reference label.
+
+    The versions page links the names it prints with it, and the site's link check
+    requires every such name in prose to link to that label.
+
+    Examples:
+        >>> from remat_guide.site.api_items import api_spellings
+        >>> spellings = api_spellings()
+        >>> spellings["jax.checkpoint_policies.dots_saveable"], spellings["concrete"]
+        ('policy-dots_saveable', 'param-concrete-removed')
+    """
+    spellings = {}
+    for policy in (n for n in dir(jax.checkpoint_policies) if not n.startswith("_")):
+        for prefix in ("", "checkpoint_policies.", "jax.checkpoint_policies.",
+                       "jax.ad_checkpoint.checkpoint_policies."):
+            spellings[prefix + policy] = f"policy-{policy}"
+    for name in ("checkpoint_policies", "jax.checkpoint_policies", "jax.ad_checkpoint.checkpoint_policies"):
+        spellings[name] = "api-checkpoint_policies"
+    for param in ("prevent_cse", "static_argnums", "static_argnames"):
+        spellings[param] = f"param-{param}"
+    spellings["concrete"] = "param-concrete-removed"
+    for name in ("checkpoint_name", "checkpoint_name_fwd", "name_p", "print_saved_residuals",
+                 "Saveable", "Recompute", "Offloadable"):
+        spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
+    spellings["jax.checkpoint"] = "reference-parameters"
+    spellings["jax.remat"] = "reference-remat"
+    for flag in jax.config.values:
+        if any(word in flag for word in REMAT_WORDS):
+            spellings[flag] = f"flag-{flag}"
+    for name in ("defremat", "defremat_with_logs"):
+        spellings[name] = spellings[f"jax.custom_vjp.{name}"] = f"custom_vjp-{name}"
+    spellings["optimize_remat"] = "custom_vjp-defvjp-optimize_remat"
+    spellings["saveable_args"] = "vjp-saveable_args"
+    return spellings

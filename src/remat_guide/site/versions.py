@@ -19,6 +19,7 @@ import jax
 import pandas as pd
 
 from remat_guide.site import version_probe
+from remat_guide.site.api_items import api_spellings
 from remat_guide.tables import Table, word_breaks
 
 __all__ = ["ABSENT", "ENVS_VARIABLE", "PROBE_PLATFORM", "REMAT3_ITEMS", "ComparisonTable", "VersionReport",
@@ -498,28 +499,6 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
 _HEAD = re.compile(r"([A-Za-z_][\w.]*)(\(.*\)|=(.*))?", re.DOTALL)
 
 
-def _spellings() -> dict[str, str]:
-    """Each spelling of an API name that the site documents, mapped to its reference label."""
-    spellings = {}
-    for policy in (n for n in dir(jax.checkpoint_policies) if not n.startswith("_")):
-        for prefix in ("", "checkpoint_policies.", "jax.checkpoint_policies."):
-            spellings[prefix + policy] = f"policy-{policy}"
-    for name in ("checkpoint_policies", "jax.checkpoint_policies", "jax.ad_checkpoint.checkpoint_policies"):
-        spellings[name] = "api-checkpoint_policies"
-    for param in ("prevent_cse", "static_argnums", "static_argnames"):
-        spellings[param] = f"param-{param}"
-    spellings["concrete"] = "param-concrete-removed"
-    for name in ("checkpoint_name", "checkpoint_name_fwd", "name_p", "print_saved_residuals",
-                 "Saveable", "Recompute", "Offloadable"):
-        spellings[name] = spellings[f"jax.ad_checkpoint.{name}"] = f"api-{name}"
-    spellings["jax.checkpoint"] = "reference-parameters"
-    spellings["jax.remat"] = "reference-remat"
-    for flag in jax.config.values:
-        if "remat" in flag or "checkpoint" in flag:
-            spellings[flag] = f"flag-{flag}"
-    return spellings
-
-
 def api_label(text: str) -> str | None:
     """The reference label on this site of the API that an inline literal names, if any.
 
@@ -534,7 +513,7 @@ def api_label(text: str) -> str | None:
         >>> api_label("concrete=True"), api_label("jax.remat(prevent_cse=True)"), api_label("ok")
         ('param-concrete-removed', 'reference-remat', None)
     """
-    spellings = _spellings()
+    spellings = api_spellings()
     text = " ".join(text.split())
     while (match := _HEAD.fullmatch(text)) is not None:
         if match[1] in spellings:
