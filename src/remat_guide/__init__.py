@@ -7,7 +7,7 @@ from remat_guide.exercise import checkpoint_dot_policy
 from remat_guide.flops import FlopCount, Loop, count_flops
 from remat_guide.fwd_bwd import FwdBwd, fwd_bwd
 from remat_guide.grader import SolutionError, check_solution
-from remat_guide.planner import plan_names
+from remat_guide.planner import NamePlan, plan_names
 from remat_guide.residuals import Residual, Residuals, saved_residuals
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "FlopCount",
     "FwdBwd",
     "Loop",
+    "NamePlan",
     "PolicyDiagram",
     "PolicyRow",
     "Residual",

@@ -1,9 +1,11 @@
-"""Pick which ``checkpoint_name`` values to save under a memory budget, confirmed by compiling."""
+"""Plan each ``checkpoint_name`` value: keep it, offload it or recompute it, under a memory budget."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,13 +25,73 @@ from remat_guide._measure import (
 )
 from remat_guide.compare import PolicyRow, memory_figure, row_of
 
-__all__ = ["plan_names"]
+__all__ = ["KEEP", "OFFLOAD", "RECOMPUTE", "NamePlan", "pick", "plan_label", "plan_names", "plan_policy"]
 
+KEEP, OFFLOAD, RECOMPUTE = "keep", "offload", "recompute"
+"""The three answers :func:`plan_names` gives a name."""
 
 # Keys of a measured dict that are not labels (labels are str): the model it belongs to,
 # and the checkpoint_name tags and baseline label that tracing loss_for(None) gave.
 _ARGUMENTS = ("arguments",)
 _BASELINE = ("baseline",)
+_FIGURES = ("flops", "device_bytes", "host_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class NamePlan(PolicyRow):
+    """The row :func:`plan_names` returns: a :class:`PolicyRow` with the answer for each name.
+
+    Attributes:
+        choices: Each name planned, in order, with its answer: ``"keep"`` (saved on the
+            device), ``"offload"`` (saved in host memory) or ``"recompute"``. Empty when
+            the answer is the baseline or a standard policy, which are not plans of names.
+        search: How the search ended, in a sentence: how many plans it compiled of how
+            many, and the prediction errors it allowed for when it stopped.
+    """
+
+    choices: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    search: str = ""
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """The names kept on the device."""
+        return tuple(name for name, answer in self.choices.items() if answer == KEEP)
+
+    @property
+    def offloaded(self) -> tuple[str, ...]:
+        """The names offloaded to host memory."""
+        return tuple(name for name, answer in self.choices.items() if answer == OFFLOAD)
+
+
+def plan_label(keep: Sequence[str], offload: Sequence[str] = ()) -> str:
+    """The row label of a plan: the policy call that makes it, with its names.
+
+    Examples:
+        >>> from remat_guide.planner import plan_label
+        >>> plan_label(["attn_out"])
+        "save_only_these_names('attn_out')"
+        >>> plan_label(["attn_out"], ["mlp_hidden"])
+        "save_and_offload_only_these_names(['attn_out'], ['mlp_hidden'])"
+    """
+    if not offload:
+        return names_label(keep)
+    return f"save_and_offload_only_these_names({list(keep)!r}, {list(offload)!r})"
+
+
+def plan_policy(keep: Sequence[str], offload: Sequence[str] = ()) -> Callable:
+    """The policy that keeps ``keep`` on the device, offloads ``offload`` to pinned host memory and recomputes the rest.
+
+    Examples:
+        >>> from remat_guide.planner import plan_policy
+        >>> from remat_guide import policy_label
+        >>> policy_label(plan_policy(["attn_out"], ["mlp_hidden"]))
+        'save_and_offload_only_these_names(...)'
+    """
+    if not offload:
+        return jax.checkpoint_policies.save_only_these_names(*keep)
+    return jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=list(keep), names_which_can_be_offloaded=list(offload),
+        offload_src="device", offload_dst="pinned_host")
 
 
 def _fingerprint(loss_for: Callable, inputs: Inputs) -> tuple:
@@ -65,89 +127,150 @@ def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _tolerance(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"flops_tolerance must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not 0 <= value < 1:
+        raise ValueError(f"flops_tolerance must be at least 0 and below 1, got {value}")
+    return value
+
+
+def _fits(row: PolicyRow, budget_bytes: int, host_budget_bytes: int | None) -> bool:
+    return row.device_bytes <= budget_bytes and (host_budget_bytes is None or row.host_bytes <= host_budget_bytes)
+
+
+def pick(rows: Iterable[PolicyRow], budget_bytes: int, host_budget_bytes: int | None = None,
+         flops_tolerance: float = 5e-3) -> PolicyRow | None:
+    """The row :func:`plan_names` prefers among ``rows``: its objective, on rows already measured.
+
+    Of the rows that fit (``device_bytes <= budget_bytes`` and, with a host budget,
+    ``host_bytes <= host_budget_bytes``), those whose FLOPs are within ``flops_tolerance``
+    of the fewest are equal; of them, the fewest host bytes, then the least device memory,
+    then the fewest FLOPs, then the name, decide.
+
+    Returns:
+        The row, or ``None`` when none fits.
+
+    Examples:
+        >>> from remat_guide import PolicyRow
+        >>> from remat_guide.planner import pick
+        >>> keep = PolicyRow("keep", None, 0, 0, 10**6, 10**6, 1.0, peak_bytes=90, target="h100")
+        >>> offload = PolicyRow("offload", None, 0, 0, 10**6 - 99, 10**6 - 99, 1.0, peak_bytes=60,
+        ...                     host_bytes=30, target="h100")
+        >>> pick([keep, offload], 100).name, pick([keep, offload], 80).name
+        ('keep', 'offload')
+    """
+    fitting = [row for row in rows if _fits(row, budget_bytes, host_budget_bytes)]
+    if not fitting:
+        return None
+    fewest = min(row.flops for row in fitting)
+    equal = [row for row in fitting if row.flops <= fewest * (1 + flops_tolerance)]
+    return min(equal, key=lambda row: (row.host_bytes, row.device_bytes, row.flops, row.name))
+
+
 def plan_names(
     loss_for: Callable[[Any], Callable[..., Any]],
     /,
     *args: Any,
     budget_bytes: int,
+    host_budget_bytes: int | None = None,
     names: Iterable[str] | None = None,
+    offload: bool | None = None,
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
     measured: dict | None = None,
     target: str | None = None,
-) -> PolicyRow:
-    """The set of named values to save with the fewest FLOPs whose compiled memory fits a budget.
+    flops_tolerance: float = 5e-3,
+) -> NamePlan:
+    """For each named value, keep it on the device, offload it to host memory or recompute it.
 
     Same conventions as :func:`recommend_policy`: ``loss_for(policy)`` returns the loss,
-    every candidate is measured by compiling ``jax.jit(jax.grad(loss, argnums,
-    has_aux=has_aux))`` (never run), its residuals counted for the same ``argnums``, and
-    the winner is the fitting candidate (``device_bytes <= budget_bytes``) with the fewest
-    true FLOPs, then the least memory. The candidates are the subsets of ``names``, each
-    as ``jax.checkpoint_policies.save_only_these_names(*subset)``, and, so that the answer
-    is never worse than a preset, the baseline and the standard policies of
-    ``STANDARD_POLICIES``. The returned row's ``name`` lists the chosen names (or names
-    the standard policy, or ``"no checkpoint"``, when no subset of names does as well),
-    its ``policy`` is the object to pass to ``jax.checkpoint``, and its ``compiled``
-    says how many policies were compiled. (When ``loss_for(None)`` still checkpoints, its
-    row is named ``"loss_for(None)"``, as in :func:`compare_policies`.)
+    and every plan is measured by compiling ``jax.jit(jax.grad(loss, argnums,
+    has_aux=has_aux))`` (never run), for ``target`` when one is given. A plan gives each
+    of ``names`` one answer; it is the policy ``save_and_offload_only_these_names`` (or
+    ``save_only_these_names`` when nothing is offloaded), with ``offload_src="device"``,
+    ``offload_dst="pinned_host"``; the model's other tags are recomputed.
 
-    The search:
+    The objective: of the plans, the baseline and the standard policies of
+    ``STANDARD_POLICIES`` whose compiled device memory fits ``budget_bytes`` (and whose
+    host memory fits ``host_budget_bytes``, if given), those with the fewest true FLOPs;
+    FLOPs within ``flops_tolerance`` (0.5%) of the fewest count as equal: keeping and
+    offloading the same value recompute the same matmuls, but XLA fuses the two programs
+    differently, and their elementwise FLOPs can differ by a few tenths of a percent.
+    Among equal FLOPs, the fewest offloaded bytes, then the least device memory
+    (:func:`remat_guide.planner.pick`).
 
-    1. Compile the baseline and the standard policies (the empty set of names is
-       ``nothing_saveable``), then each name alone.
-    2. Walk down from the set of all names: compile a set; if it fits, it is a candidate
-       and the walk stops there (a subset saves less, so it cannot take fewer FLOPs); if
-       it does not fit and takes fewer FLOPs than the best candidate so far, try each set
-       with one name fewer. A set is skipped without compiling when a compiled superset
-       already takes at least the FLOPs of the best candidate.
-    3. The skips assume that saving more names never adds FLOPs. Every pair of compiled
-       sets is checked against that; if one contradicts it, every remaining subset is
-       compiled.
+    The search compiles few of the ``3 ** len(names)`` plans:
 
-    Every decision is taken on compiled numbers, none on an estimate. The cost is
-    ``5 + len(names)`` compilations, plus those of step 2: one when all names fit, and up
-    to all ``2 ** len(names)`` subsets when the budget is tight (compiled memory does not
-    always grow with the set saved, so every set with fewer FLOPs than the answer has to
-    be compiled to show that it does not fit). The measurements do not depend on the
-    budget: to plan several budgets for the same model, pass the same ``measured`` dict
-    to each call, and no policy is compiled twice.
+    1. Compile the baseline, the standard policies and, for each name, the plan that keeps
+       it alone and the one that offloads it alone (recomputing everything is
+       ``nothing_saveable``); then the plans that keep every name and that offload every
+       name, where the names' effects interact the most.
+    2. Predict every other plan's FLOPs, device and host bytes by adding up the single
+       names' effects, each against recomputing everything.
+    3. Compile the plan predicted best (fitting, fewest FLOPs, then fewest host bytes and
+       least device memory) among those that could still beat the best plan compiled so
+       far, and repeat. A plan could beat it unless, even with each prediction moved by the
+       largest error the predictions have made on any plan compiled so far, it does not
+       fit or it takes more FLOPs (or, at equal FLOPs, more host and device bytes).
+    4. Stop when no plan could beat the best compiled one. When a compiled plan shows the
+       predictions wrong by more than the errors allowed for, the errors grow, more plans
+       could beat the best, and more are compiled; in the worst case every plan is.
+
+    The answer is always a compiled row; the predictions only order the search and decide
+    what is left uncompiled, within the errors they have shown. ``search`` on the row says
+    how it ended. The measurements do not depend on the budget: to plan several budgets
+    for the same model, pass the same ``measured`` dict to each call; no plan is compiled
+    twice, and the prediction errors seen by earlier calls carry over.
 
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
             ``*args`` checkpointed with that policy (``loss_for(None)``: no checkpoint).
         *args: The loss's arguments, as for :func:`compare_policies` (sharded ones
-            included: then the budget and every figure are per device).
+            included: then the budgets and every figure are per device).
         budget_bytes: The most device memory the compiled gradient may use, in bytes, as
             ``PolicyRow.device_bytes`` counts it (temporary memory on this machine, the
             peak on an accelerator ``target``).
-        names: The ``checkpoint_name`` tags to choose from; ``None`` for every tag the
-            traced loss uses.
+        host_budget_bytes: The most host memory the offloaded values may use, in bytes
+            (``PolicyRow.host_bytes``); ``None`` for no limit.
+        names: The ``checkpoint_name`` tags to plan; ``None`` for every tag the traced
+            loss uses.
+        offload: Whether a name may be offloaded. ``None``: when there is a ``target``
+            (a TPU or GPU has host memory to offload to; this machine's CPU does not, so
+            there the answers are keep and recompute).
         argnums: As for :func:`compare_policies`: the positional arguments to
             differentiate, as for ``jax.grad``.
         has_aux: As for :func:`compare_policies`: the loss returns ``(loss, aux)``.
         kwargs: As for :func:`compare_policies`: the loss's keyword arguments, as a
             mapping, never differentiated.
         measured: ``None``, or a dict that keeps every row compiled, for later calls with
-            the same ``loss_for``, arguments, ``argnums`` and ``has_aux`` (start with an
-            empty dict, or with the rows of :func:`compare_policies` for the same model,
-            keyed by name). A later call reads the model's tags from it and traces nothing.
+            the same ``loss_for``, arguments, ``argnums``, ``has_aux`` and ``target``
+            (start with an empty dict, or with the rows of :func:`compare_policies` for the
+            same model, keyed by name). A later call reads the model's tags from it and
+            traces nothing.
         target: As for :func:`compare_policies`: the accelerator to compile for, ahead of
             time (``None``: this machine).
+        flops_tolerance: The relative difference in FLOPs up to which two rows count as
+            equal, from 0 (below 1); 0 compares FLOPs exactly.
 
     Returns:
-        The chosen row; its ``compiled`` counts the policies this call compiled.
+        The chosen row, a :class:`NamePlan`: its ``name`` and ``policy`` (the label and
+        object to pass to ``jax.checkpoint``), figures, ``choices`` per name, ``compiled``
+        (the programs this call compiled) and ``search``.
 
     Raises:
-        TypeError: If ``loss_for`` is not callable, ``budget_bytes`` is not an int,
-            ``names`` is not an iterable of str, ``measured`` is not a dict, or an
-            argument, ``argnums``, ``has_aux`` or ``kwargs`` is wrong as for
-            :func:`compare_policies`.
-        ValueError: If ``budget_bytes`` is not positive, ``names`` is empty, repeats a
-            name or holds one the model does not tag, the model tags nothing, ``measured``
-            holds rows of another model, other arguments or another target, ``target`` is
-            unknown, or no candidate fits; that
-            message names the smallest memory reached.
+        TypeError: If ``loss_for`` is not callable, a budget is not an int, ``names`` is
+            not an iterable of str, ``offload`` is not a bool, ``measured`` is not a dict,
+            ``flops_tolerance`` is not a number, or an argument, ``argnums``, ``has_aux``
+            or ``kwargs`` is wrong as for :func:`compare_policies`.
+        ValueError: If ``budget_bytes`` is not positive, ``host_budget_bytes`` is
+            negative, ``offload=True`` without a ``target``, ``names`` is empty, repeats
+            a name or holds one the model does not tag, the model tags nothing,
+            ``measured`` holds rows of another model, other arguments or another target,
+            ``target`` is unknown, ``flops_tolerance`` is outside [0, 1), or nothing fits;
+            that message names the smallest memory reached.
 
     Examples:
         >>> from remat_guide import plan_names
@@ -156,15 +279,13 @@ def plan_names(
         >>> measured = {}
         >>> loose = plan_names(transformer_loss, *args, budget_bytes=2**30,
         ...                    names=["attn_out", "mlp_hidden"], measured=measured)
-        >>> loose.name, loose.compiled  # 5 standard rows, 2 names alone, both together
+        >>> loose.name, loose.compiled  # no checkpoint, 4 standard policies, 2 names alone, both
         ('no checkpoint', 8)
         >>> budget = measured["nothing_saveable"].temp_bytes + 2**10
         >>> tight = plan_names(transformer_loss, *args, budget_bytes=budget,
         ...                    names=["attn_out", "mlp_hidden"], measured=measured)
-        >>> tight.name, tight.temp_bytes <= budget, tight.compiled
-        ("save_only_these_names('attn_out')", True, 0)
-        >>> tight.flops < measured["nothing_saveable"].flops
-        True
+        >>> tight.choices, tight.temp_bytes <= budget, tight.compiled
+        ({'attn_out': 'keep', 'mlp_hidden': 'recompute'}, True, 0)
         >>> plan_names(transformer_loss, *args, budget_bytes=1, names=["attn_out"],
         ...            measured=measured)
         Traceback (most recent call last):
@@ -175,11 +296,21 @@ def plan_names(
     budget_bytes = validation.integer(budget_bytes, "budget_bytes")
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if host_budget_bytes is not None:
+        host_budget_bytes = validation.integer(host_budget_bytes, "host_budget_bytes", minimum=0)
+    if offload is not None:
+        offload = validation.boolean(offload, "offload")
+    flops_tolerance = _tolerance(flops_tolerance)
     if measured is None:
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
     inputs = check_inputs(args, argnums, kwargs, has_aux, target)
+    if offload is None:
+        offload = inputs.target is not None
+    elif offload and inputs.target is None:
+        raise ValueError("offload=True needs a target: this machine's CPU has no separate host memory, so "
+                         "an offloaded value stays where it was; pass target='tpu-v5e', 'h100', ...")
     key = _fingerprint(loss_for, inputs)
     target_name = None if inputs.target is None else inputs.target.name
     for row in measured.values():
@@ -198,66 +329,161 @@ def plan_names(
         base_label = base.label
         measured[_BASELINE] = (tags, base_label)
     names = _names(names, tags)
+    return _Search(loss_for, inputs, names, tags, measured, base, base_label,
+                   (KEEP, OFFLOAD, RECOMPUTE) if offload else (KEEP, RECOMPUTE)).run(
+        budget_bytes, host_budget_bytes, flops_tolerance)
 
-    labels = [base_label, *STANDARD_POLICIES]
-    compiled = 0
-    if not all(label in measured for label in labels):
-        if base is None:
-            base, _ = trace_baseline(loss_for, inputs)
-        programs = [base] + [trace_policy(loss_for, label, standard_policy(label), inputs, tags)
-                             for label in STANDARD_POLICIES]
-        results = measure(programs, inputs)
-        for program, result in zip(programs, results):
-            measured[program.label] = row_of(program, result, results[0].flops, inputs)
-        compiled += len(programs)
-    standard = [measured[label] for label in labels]
-    base_flops = standard[0].flops
-    sets: dict[frozenset[str], PolicyRow] = {
-        frozenset(): next(row for row in standard if row.name == "nothing_saveable")}
 
-    def measure_set(subset: frozenset[str]) -> PolicyRow:
-        nonlocal compiled
-        chosen = [name for name in names if name in subset]
-        label = names_label(chosen)
-        if label not in measured:
-            policy = jax.checkpoint_policies.save_only_these_names(*chosen)
-            program = trace_policy(loss_for, label, policy, inputs, tags)
-            measured[label] = row_of(program, measure([program], inputs)[0], base_flops, inputs)
-            compiled += 1
-        sets[subset] = measured[label]
-        return sets[subset]
+Plan = tuple[str, ...]
 
-    def best() -> PolicyRow | None:
-        fitting = [row for row in [*standard, *sets.values()] if row.device_bytes <= budget_bytes]
-        return min(fitting, key=lambda row: (row.flops, row.device_bytes), default=None)
 
-    for name in names:
-        measure_set(frozenset([name]))
-    level = {frozenset(names)} if len(names) > 1 else set()
-    while level:
-        below: set[frozenset[str]] = set()
-        for subset in sorted(level, key=lambda s: [n for n in names if n in s]):
-            leader = best()
-            if subset not in sets:
-                if leader is not None and any(
-                        row.flops >= leader.flops for other, row in sets.items() if other > subset):
+class _Search:
+    """The plans of one model's names, what is known of them, and the search for one budget."""
+
+    margin_factor = 1.0
+    calibrate = True
+
+    def __init__(self, loss_for: Callable, inputs: Inputs, names: tuple[str, ...], tags: list[str],
+                 measured: dict, base: Program | None, base_label: str, answers: tuple[str, ...]) -> None:
+        self.loss_for, self.inputs, self.names, self.tags = loss_for, inputs, names, tags
+        self.measured, self.base, self.base_label = measured, base, base_label
+        self.plans: list[Plan] = list(itertools.product(answers, repeat=len(names)))
+        self.none: Plan = (RECOMPUTE,) * len(names)
+        self.singles: list[Plan] = [plan for plan in self.plans if sum(a != RECOMPUTE for a in plan) == 1]
+        self.compiled = 0
+
+    def label(self, plan: Plan) -> str:
+        if plan == self.none:
+            return "nothing_saveable"
+        return plan_label([n for n, a in zip(self.names, plan) if a == KEEP],
+                          [n for n, a in zip(self.names, plan) if a == OFFLOAD])
+
+    def _measure(self, programs: list[Program], base_flops: int) -> None:
+        for program, result in zip(programs, measure(programs, self.inputs)):
+            self.measured[program.label] = row_of(program, result, base_flops, self.inputs)
+        self.compiled += len(programs)
+
+    def fixed(self) -> list[PolicyRow]:
+        """The baseline and the standard policies, compiled if not yet measured."""
+        labels = [self.base_label, *STANDARD_POLICIES]
+        if not all(label in self.measured for label in labels):
+            base = self.base or trace_baseline(self.loss_for, self.inputs)[0]
+            programs = [base] + [trace_policy(self.loss_for, label, standard_policy(label), self.inputs, self.tags)
+                                 for label in STANDARD_POLICIES]
+            results = measure(programs, self.inputs)
+            for program, result in zip(programs, results):
+                self.measured[program.label] = row_of(program, result, results[0].flops, self.inputs)
+            self.compiled += len(programs)
+        return [self.measured[label] for label in labels]
+
+    def ensure(self, plans: Sequence[Plan]) -> None:
+        """Compiles the plans not yet measured, in one batch."""
+        missing = [plan for plan in plans if self.label(plan) not in self.measured]
+        programs = [trace_policy(self.loss_for, self.label(plan), self.policy(plan), self.inputs, self.tags)
+                    for plan in missing]
+        if programs:
+            self._measure(programs, self.measured[self.base_label].flops)
+
+    def policy(self, plan: Plan) -> Callable:
+        if plan == self.none:
+            return jax.checkpoint_policies.nothing_saveable
+        return plan_policy([n for n, a in zip(self.names, plan) if a == KEEP],
+                           [n for n, a in zip(self.names, plan) if a == OFFLOAD])
+
+    def known(self, plan: Plan) -> PolicyRow | None:
+        return self.measured.get(self.label(plan))
+
+    def predict(self, plan: Plan) -> tuple[float, ...]:
+        """FLOPs, device and host bytes of ``plan``: recomputing everything plus each answer's effect alone."""
+        none = self.known(self.none)
+        figures = [float(getattr(none, f)) for f in _FIGURES]
+        for i, answer in enumerate(plan):
+            if answer != RECOMPUTE:
+                single = self.known(tuple(answer if j == i else RECOMPUTE for j in range(len(plan))))
+                for k, f in enumerate(_FIGURES):
+                    figures[k] += getattr(single, f) - getattr(none, f)
+        return tuple(figures)
+
+    margin_rule = "global"
+
+    @staticmethod
+    def _weight(plan: Plan, rule: str) -> float:
+        k = sum(a != RECOMPUTE for a in plan)
+        if rule == "pairs":
+            return k * (k - 1) / 2
+        if rule == "count":
+            return k - 1
+        return 1.0
+
+    def errors(self) -> tuple[float, ...]:
+        """The largest error of each prediction on the plans compiled beyond the single answers, per weight."""
+        worst = [0.0, 0.0, 0.0]
+        for plan in self.plans:
+            row = self.known(plan)
+            if row is None or plan == self.none or plan in self.singles:
+                continue
+            weight = self._weight(plan, self.margin_rule)
+            for k, (f, guess) in enumerate(zip(_FIGURES, self.predict(plan))):
+                worst[k] = max(worst[k], abs(getattr(row, f) - guess) / weight)
+        return tuple(worst)
+
+    def run(self, budget: int, host_budget: int | None, tolerance: float) -> NamePlan:
+        fixed = self.fixed()
+        first = [self.none, *self.singles]
+        if self.calibrate:
+            first += [plan for plan in ((KEEP,) * len(self.names), (OFFLOAD,) * len(self.names))
+                      if plan in self.plans and plan not in first]
+        self.ensure(first)
+        widened = 0
+        while True:
+            rows = fixed + [row for plan in self.plans if (row := self.known(plan)) is not None]
+            best = pick(rows, budget, host_budget, tolerance)
+            fewest = min((row.flops for row in rows if _fits(row, budget, host_budget)), default=0)
+            margin = tuple(self.margin_factor * e for e in self.errors())
+            waiting = []
+            for plan in self.plans:
+                if self.known(plan) is not None:
                     continue
-                measure_set(subset)
-            row = sets[subset]
-            if row.device_bytes > budget_bytes and (leader is None or row.flops < leader.flops):
-                below.update(subset - {name} for name in subset)
-        level = below
+                flops, device, host = self.predict(plan)
+                weight = self._weight(plan, self.margin_rule)
+                low = (flops - weight * margin[0], device - weight * margin[1], host - weight * margin[2])
+                if low[1] > budget or (host_budget is not None and low[2] > host_budget):
+                    continue
+                if best is not None and not (
+                        low[0] < fewest
+                        or (low[0] <= fewest * (1 + tolerance)
+                            and (low[2], low[1]) < (best.host_bytes, best.device_bytes))):
+                    continue
+                fits = device <= budget and (host_budget is None or host <= host_budget)
+                waiting.append(((not fits, flops, host, device), plan))
+            if not waiting:
+                break
+            plan = min(waiting)[1]
+            self.ensure([plan])
+            guess, row = self.predict(plan), self.known(plan)
+            weight = self._weight(plan, self.margin_rule)
+            if any(abs(getattr(row, f) - g) > weight * m for f, g, m in zip(_FIGURES, guess, margin)):
+                widened += 1
+        if best is None:
+            smallest = min(rows, key=lambda row: row.device_bytes)
+            raise ValueError(
+                f"nothing fits budget_bytes={budget}"
+                + ("" if host_budget is None else f" with host_budget_bytes={host_budget}")
+                + f": the smallest {memory_figure(smallest)} reached is {smallest.device_bytes} bytes, with "
+                f"{smallest.name} ({self.compiled} policies compiled)")
+        plans = {self.label(plan): plan for plan in self.plans}
+        chosen = plans.get(best.name)
+        measured_plans = sum(self.known(plan) is not None for plan in self.plans)
+        search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others, with each prediction "
+                  f"moved by its largest error so far (FLOPs {_amount(margin[0])}, device "
+                  f"{_amount(margin[1])} bytes, host {_amount(margin[2])} bytes), could not fit and beat it")
+        if widened:
+            search += f"; {widened} compiled plans lay outside those errors, so the search went on"
+        fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(PolicyRow)}
+        fields["compiled"] = self.compiled
+        return NamePlan(**fields, choices={} if chosen is None else dict(zip(self.names, chosen)),
+                        search=search)
 
-    if any(sets[big].flops > sets[small].flops for big in sets for small in sets if small < big):
-        for size in range(len(names) + 1):
-            for subset in map(frozenset, itertools.combinations(names, size)):
-                if subset not in sets:
-                    measure_set(subset)
 
-    chosen = best()
-    if chosen is None:
-        smallest = min([*standard, *sets.values()], key=lambda row: row.device_bytes)
-        raise ValueError(
-            f"nothing fits budget_bytes={budget_bytes}: the smallest {memory_figure(smallest)} reached "
-            f"is {smallest.device_bytes} bytes, with {smallest.name} ({compiled} policies compiled)")
-    return dataclasses.replace(chosen, compiled=compiled)
+def _amount(value: float) -> str:
+    return f"±{math.ceil(value):,}"

@@ -15,7 +15,7 @@ SITE_ONLY = ("sphinx", "docutils", "myst_nb", "myst_parser", "nbformat", "jupyte
 USER_TOOLS = {
     "checkpoint_dot_policy", "check_solution", "SolutionError",
     "saved_residuals", "Residuals", "Residual", "fwd_bwd", "FwdBwd",
-    "compare_policies", "recommend_policy", "plan_names", "Comparison", "PolicyRow", "policy_table",
+    "compare_policies", "recommend_policy", "plan_names", "NamePlan", "Comparison", "PolicyRow", "policy_table",
     "count_flops", "FlopCount", "Loop", "policy_label", "policy_diagram", "PolicyDiagram",
 }
 

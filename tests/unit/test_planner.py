@@ -1,17 +1,34 @@
-"""plan_names on the reference transformer: never worse than a standard policy, always within budget."""
+"""plan_names: keep, offload or recompute each name; the answer of compiling every plan, in fewer compiles.
+
+The CPU part plans the reference transformer's five names (keep or recompute: this
+machine has no host memory to offload to) and checks every budget against all 32 sets.
+The target part plans three names of a scanned MLP for a TPU v5e, three answers each, and
+checks every budget of a dense sweep, with and without a host budget, against all 27 plans
+compiled.
+"""
 
 import itertools
 
 import jax
+import jax.numpy as jnp
 import pytest
+from jax.ad_checkpoint import checkpoint_name
 
 from remat_guide import compare_policies, plan_names
-from remat_guide._labels import names_label as _label
 from remat_guide.compare import STANDARD_POLICIES
-from remat_guide.models import TRANSFORMER_NAMES, transformer_args, transformer_loss
+from remat_guide.models import TRANSFORMER_NAMES, mlp_args, transformer_args, transformer_loss
+from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, NamePlan, pick, plan_label, plan_policy
 
 CONFIG = dict(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
 ARGS = transformer_args(**CONFIG)
+TOLERANCE = 5e-3
+
+
+def fewest_flops_fitting(rows, budget, host_budget=None):
+    """The fewest FLOPs of the rows that fit, allowing for the planner's tolerance."""
+    fitting = [row for row in rows if row.device_bytes <= budget
+               and (host_budget is None or row.host_bytes <= host_budget)]
+    return min(row.flops for row in fitting) * (1 + TOLERANCE)
 
 
 @pytest.fixture(scope="module")
@@ -26,72 +43,75 @@ def sweep():
     budgets = [high, (mid + high) // 2, mid, (low + mid) // 2, low]
     chosen = {budget: plan_names(transformer_loss, *ARGS, budget_bytes=budget, measured=measured)
               for budget in budgets}
+    compiled_by_sweep = sum(1 for key in measured if isinstance(key, str)) - len(standard)
     # Every subset of the names, compiled, to check the planner against all of them.
     missing = {}
     for size in range(1, len(TRANSFORMER_NAMES) + 1):
         for subset in itertools.combinations(TRANSFORMER_NAMES, size):
-            if _label(subset) not in measured:
-                missing[_label(subset)] = jax.checkpoint_policies.save_only_these_names(*subset)
+            if plan_label(subset) not in measured:
+                missing[plan_label(subset)] = jax.checkpoint_policies.save_only_these_names(*subset)
     if missing:
         for row in compare_policies(transformer_loss, *ARGS, policies=missing)[1:]:
             measured[row.name] = row
-    return standard, chosen, measured
+    return standard, chosen, measured, compiled_by_sweep
 
 
 def test_every_budget_fits_and_beats_the_best_standard_policy(sweep):
-    standard, chosen, _ = sweep
+    standard, chosen, _, _ = sweep
     for budget, row in chosen.items():
         assert row.temp_bytes <= budget, (budget, row)
-        fitting = [s for s in standard.values() if s.temp_bytes <= budget]
-        assert fitting, budget
-        assert row.flops <= min(s.flops for s in fitting), (budget, row)
+        assert row.flops <= fewest_flops_fitting(standard.values(), budget), (budget, row)
 
 
-def test_the_choice_is_the_cheapest_fitting_set_of_all(sweep):
-    _, chosen, measured = sweep
+def test_the_choice_is_that_of_compiling_every_set(sweep):
+    _, chosen, measured, _ = sweep
     rows = [row for key, row in measured.items() if isinstance(key, str)]
     sets = [row for row in rows if row.name.startswith("save_only_these_names(")]
     assert len(sets) == 2 ** len(TRANSFORMER_NAMES) - 1  # every non-empty subset
     for budget, row in chosen.items():
-        assert row.flops == min(r.flops for r in rows if r.temp_bytes <= budget), budget
+        assert row.name == pick(rows, budget).name, budget
+        assert row.flops <= fewest_flops_fitting(rows, budget), budget
 
 
 def test_a_tight_budget_is_met_by_a_set_of_names_a_loose_one_by_no_checkpoint(sweep):
-    standard, chosen, _ = sweep
+    standard, chosen, _, _ = sweep
     budgets = sorted(chosen)
-    assert chosen[budgets[-1]].name == "no checkpoint" and chosen[budgets[-1]].policy is None
-    tight = chosen[budgets[0]]
-    assert tight.name.startswith("save_only_these_names(")
+    loose, tight = chosen[budgets[-1]], chosen[budgets[0]]
+    assert loose.name == "no checkpoint" and loose.policy is None and loose.choices == {}
+    assert isinstance(tight, NamePlan) and tight.name.startswith("save_only_these_names(")
     assert tight.flops < standard["nothing_saveable"].flops
-    names = [n for n in TRANSFORMER_NAMES if repr(n) in tight.name]
-    assert tight.name == _label(names)
-    same = jax.checkpoint_policies.save_only_these_names(*names)
+    assert list(tight.choices) == list(TRANSFORMER_NAMES)
+    assert set(tight.choices.values()) <= {KEEP, RECOMPUTE} and tight.offloaded == ()
+    assert tight.name == plan_label(tight.kept)
+    same = jax.checkpoint_policies.save_only_these_names(*tight.kept)
     assert tight.policy is not None and type(tight.policy) is type(same)
 
 
 def test_compile_counts(sweep):
-    _, chosen, _ = sweep
+    _, chosen, measured, compiled_by_sweep = sweep
     counts = [row.compiled for row in chosen.values()]
-    # The standard rows were given; the first call compiles each name alone, then the set
-    # of all names, which fits the loosest budget. No set is compiled twice.
+    # The standard rows were given; the first call compiles each name kept alone and all
+    # names kept, and the baseline fits the loosest budget. Later budgets share them.
     assert counts[0] == len(TRANSFORMER_NAMES) + 1
-    assert sum(counts) <= 2 ** len(TRANSFORMER_NAMES) - 1
+    assert sum(counts) == compiled_by_sweep < 2 ** len(TRANSFORMER_NAMES) - 1
+    assert all(f"of {2 ** len(TRANSFORMER_NAMES)} plans compiled" in row.search for row in chosen.values())
     budget = min(chosen)
-    again = plan_names(transformer_loss, *ARGS, budget_bytes=budget, measured=sweep[2])
+    again = plan_names(transformer_loss, *ARGS, budget_bytes=budget, measured=measured)
     assert again.compiled == 0 and again.name == chosen[budget].name
 
 
 def test_names_restrict_the_choice(sweep):
-    standard, _, measured = sweep
+    standard, _, measured, _ = sweep
     budget = standard["nothing_saveable"].temp_bytes
     row = plan_names(transformer_loss, *ARGS, budget_bytes=budget,
                      names=["attn_out", "mlp_hidden"], measured=measured)
     assert row.temp_bytes <= budget
     assert "query_proj" not in row.name and row.compiled == 0
+    assert set(row.choices) <= {"attn_out", "mlp_hidden"}
 
 
 def test_nothing_fits_names_the_smallest_memory(sweep):
-    standard, _, measured = sweep
+    _, _, measured, _ = sweep
     smallest = min(row.temp_bytes for key, row in measured.items() if isinstance(key, str))
     with pytest.raises(ValueError, match=f"smallest temporary memory reached is {smallest} bytes"):
         plan_names(transformer_loss, *ARGS, budget_bytes=smallest - 1, measured=measured)
@@ -100,6 +120,12 @@ def test_nothing_fits_names_the_smallest_memory(sweep):
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(budget_bytes=1.5), TypeError, "budget_bytes must be an int, got float"),
     (dict(budget_bytes=0), ValueError, "budget_bytes must be positive"),
+    (dict(budget_bytes=10, host_budget_bytes=-1), ValueError, "host_budget_bytes must be at least 0"),
+    (dict(budget_bytes=10, host_budget_bytes="1"), TypeError, "host_budget_bytes must be an int"),
+    (dict(budget_bytes=10, offload=True), ValueError, "offload=True needs a target"),
+    (dict(budget_bytes=10, offload=1), TypeError, "offload must be True or False"),
+    (dict(budget_bytes=10, flops_tolerance=1.0), ValueError, "flops_tolerance must be at least 0"),
+    (dict(budget_bytes=10, flops_tolerance="0"), TypeError, "flops_tolerance must be a number"),
     (dict(budget_bytes=10, names="mlp_hidden"), TypeError, "names must be None or an iterable"),
     (dict(budget_bytes=10, names=[]), ValueError, "names must not be empty"),
     (dict(budget_bytes=10, names=["mlp_hidden", "mlp_hidden"]), ValueError, "must not repeat"),
@@ -121,3 +147,107 @@ def test_a_measured_dict_belongs_to_one_model(sweep):
 def test_loss_for_must_be_callable():
     with pytest.raises(TypeError, match="loss_for must be callable"):
         plan_names("transformer", *ARGS, budget_bytes=10)
+
+
+# The target part: three names, three answers each, on a TPU v5e compiled ahead of time.
+TPU = "tpu-v5e"
+NAMES = ("up", "act", "down")
+# d = 128: XLA's TPU layouts tile the last dimension by 128 lanes, so host bytes are nbytes.
+MLP = mlp_args(layers=3, n=32, d=128)
+
+
+def three_names_loss_for(policy):
+    """A scanned MLP whose layers tag three values; ``policy`` checkpoints each layer."""
+
+    def layer(x, w):
+        up = checkpoint_name(x @ w["w_in"], "up")
+        act = checkpoint_name(jnp.sin(up) * up, "act")
+        return jnp.tanh(checkpoint_name(act @ w["w_out"], "down"))
+
+    step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+    def loss(params, x):
+        x, _ = jax.lax.scan(lambda carry, w: (step(carry, w), None), x, params)
+        return jnp.mean(x**2)
+
+    return loss
+
+
+def every_plan():
+    """Every plan of the three names, as (choices, label, policy); all recompute is nothing_saveable."""
+    for answers in itertools.product((KEEP, OFFLOAD, RECOMPUTE), repeat=len(NAMES)):
+        keep = [n for n, a in zip(NAMES, answers) if a == KEEP]
+        offload = [n for n, a in zip(NAMES, answers) if a == OFFLOAD]
+        if keep or offload:
+            yield dict(zip(NAMES, answers)), plan_label(keep, offload), plan_policy(keep, offload)
+
+
+@pytest.fixture(scope="module")
+def three_answers():
+    """Dense sweeps planned on a TPU v5e, then every plan compiled to check them."""
+    measured = {}
+    first = plan_names(three_names_loss_for, *MLP, budget_bytes=2**40, measured=measured, target=TPU)
+    missing = {label: policy for _, label, policy in every_plan() if label not in measured}
+    rows = {row.name: row for row in compare_policies(three_names_loss_for, *MLP, policies=missing, target=TPU)}
+    table = {**{k: v for k, v in measured.items() if isinstance(k, str)}, **rows}
+    assert len(table) == 27 + len(STANDARD_POLICIES)  # 26 plans, nothing_saveable, 4 more rows
+    budgets = sorted({row.device_bytes for row in table.values()})
+    budgets += [(a + b) // 2 for a, b in zip(budgets, budgets[1:])]
+    hosts = sorted({row.host_bytes for row in table.values()})
+    sweeps = {}
+    for host_budget in [None, *hosts[:-1]]:
+        shared = {}
+        plans = {}
+        for budget in sorted(budgets):
+            if budget < min(row.device_bytes for row in table.values()
+                            if host_budget is None or row.host_bytes <= host_budget):
+                continue
+            plans[budget] = plan_names(three_names_loss_for, *MLP, budget_bytes=budget,
+                                       host_budget_bytes=host_budget, measured=shared, target=TPU)
+        sweeps[host_budget] = (plans, sum(1 for k in shared if isinstance(k, str)))
+    return first, table, sweeps
+
+
+def test_every_budget_gets_the_answer_of_compiling_all_27_plans(three_answers):
+    _, table, sweeps = three_answers
+    checked = 0
+    for host_budget, (plans, _) in sweeps.items():
+        for budget, row in plans.items():
+            truth = pick(table.values(), budget, host_budget)
+            assert row.name == truth.name, (budget, host_budget, row.name, truth.name)
+            assert row.device_bytes <= budget and (host_budget is None or row.host_bytes <= host_budget)
+            assert row.flops <= fewest_flops_fitting(table.values(), budget, host_budget)
+            checked += 1
+    assert checked >= 20
+
+
+def test_offloading_wins_where_keeping_does_not_fit(three_answers):
+    _, table, sweeps = three_answers
+    plans, _ = sweeps[None]
+    offloading = [row for row in plans.values() if row.offloaded]
+    assert offloading  # some budget is met best by offloading
+    for budget, row in plans.items():
+        if row.offloaded:
+            # Every plan that keeps or recomputes only, and every standard row, that fits
+            # takes more FLOPs.
+            others = [r for r in table.values() if r.host_bytes == 0 and r.device_bytes <= budget]
+            assert all(r.flops > row.flops * (1 + TOLERANCE) for r in others), budget
+            assert row.host_bytes > 0 and row.policy is not None
+            assert row.name == plan_label(row.kept, row.offloaded)
+
+
+def test_a_host_budget_of_zero_forbids_offloading(three_answers):
+    _, _, sweeps = three_answers
+    plans, _ = sweeps[0]
+    assert plans and all(row.host_bytes == 0 and not row.offloaded for row in plans.values())
+
+
+def test_the_sweeps_compile_fewer_plans_than_all(three_answers):
+    first, table, sweeps = three_answers
+    # Baseline, 4 standard policies, each name kept alone and offloaded alone, all names
+    # kept and all offloaded; then what could still beat the best of them.
+    assert 1 + len(STANDARD_POLICIES) + 2 * len(NAMES) + 2 <= first.compiled < len(table)
+    assert first.flops <= table["no checkpoint"].flops * (1 + TOLERANCE)
+    for host_budget, (plans, compiled) in sweeps.items():
+        assert compiled == sum(row.compiled for row in plans.values())
+        assert compiled < len(table), (host_budget, compiled)

@@ -26,6 +26,7 @@ from remat_guide import Comparison, PolicyRow, compare_policies, plan_names, rec
 from remat_guide._labels import names_label
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.models import mlp_args
+from remat_guide.planner import plan_label
 from remat_guide.targets import TARGETS, Target, place, target, target_devices
 
 TPU, GPU = "tpu-v5e", "h100"
@@ -327,15 +328,24 @@ def test_recommend_policy_from_target_rows_picks_the_fewest_flops_that_fit(tpu_r
 
 def test_plan_names_on_a_target_reuses_its_rows_and_fits_by_the_peak(tpu_rows):
     rows, _ = tpu_rows
-    candidates = [row for label, row in rows.items() if label != OFFLOAD]
+    # The offloading row is the plan that offloads "h", under its plan label.
+    measured = {plan_label([], ["h"]) if label == OFFLOAD else label: row for label, row in rows.items()}
+    candidates = list(rows.values())
     peaks = sorted({row.peak_bytes for row in candidates})
+    chosen_offloads = False
     for budget in peaks:
-        measured = {label: row for label, row in rows.items() if label != OFFLOAD}
-        chosen = plan_names(tagged_loss_for, *ARGS, budget_bytes=budget, names=["h"], measured=measured,
+        chosen = plan_names(tagged_loss_for, *ARGS, budget_bytes=budget, names=["h"], measured=dict(measured),
                             target=TPU)
-        assert chosen.compiled == 0  # every candidate was measured already
+        assert chosen.compiled == 0  # every plan was measured already
         assert chosen.target == TPU and chosen.peak_bytes <= budget
-        assert chosen.flops == min(row.flops for row in candidates if row.peak_bytes <= budget)
+        fitting = [row for row in candidates if row.peak_bytes <= budget]
+        assert chosen.flops <= min(row.flops for row in fitting) * (1 + 5e-3)
+        chosen_offloads |= chosen.choices == {"h": "offload"}
+        # Without offloading, the same call chooses among keep and recompute.
+        kept = plan_names(tagged_loss_for, *ARGS, budget_bytes=budget, names=["h"], measured=dict(measured),
+                          target=TPU, offload=False)
+        assert kept.host_bytes == 0 and "offload" not in kept.choices.values()
+    assert chosen_offloads  # at some budget, offloading h is the answer
 
 
 def test_recommend_policy_refuses_a_target_with_rows(tpu_rows):

@@ -1,0 +1,218 @@
+"""Benchmark of plan_names: compiles and wall time per budget and target, and its answers against every plan.
+
+Part 1, the reference transformer (four blocks, five names): a sweep of device budgets
+planned for this machine (keep or recompute), a TPU v5e and an H100 (keep, offload or
+recompute), one ``measured`` dict per target shared by the sweep; then each budget planned
+on its own, from an empty dict. Each call's wall time, compiles and answer.
+
+Part 2, a small five-name transformer: all 3**5 = 243 plans, the baseline and the standard
+policies compiled once for each exhaustive target; then plan_names' answer for every budget
+of dense sweeps (every distinct device figure and the midpoints, without a host budget and
+with several) checked against ``pick`` over all of them. In part 2 the planner runs its own
+code with each compile answered from that table, and the answers it asked for are counted.
+
+Run by `make bench`; writes planner.json and planner.md to the folder given by --out. With
+``--before planner.json`` (an earlier run's output) the Markdown shows both runs' figures.
+Timings belong here, never on the site's pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import pathlib
+import time
+
+import jax
+
+import remat_guide.planner
+from remat_guide import compare_policies, models, plan_names
+from remat_guide._measure import Measurement
+from remat_guide.compare import STANDARD_POLICIES
+from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, pick, plan_label, plan_policy
+
+REFERENCE = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
+SMALL = dict(layers=2, batch=2, seq=64, d_model=64, heads=2, mlp_dim=256)
+SWEEP_TARGETS = (None, "tpu-v5e", "h100")
+NAMES = models.TRANSFORMER_NAMES
+PER_BUDGET_LIMIT, PER_SWEEP_LIMIT = 30, 60
+
+
+def _budgets(rows: dict) -> list[int]:
+    """Six device budgets from just below nothing_saveable's figure to no checkpoint's."""
+    low = rows["nothing_saveable"].device_bytes
+    high = rows["no checkpoint"].device_bytes
+    return [round(0.97 * low)] + [round(low + (high - low) * k / 4) for k in range(5)]
+
+
+def _plan(target, budget, measured) -> dict:
+    start = time.perf_counter()
+    try:
+        row = plan_names(models.transformer_loss, *models.transformer_args(**REFERENCE),
+                         budget_bytes=budget, measured=measured, target=target)
+    except ValueError as error:
+        return {"budget_bytes": budget, "seconds": time.perf_counter() - start, "compiled": None,
+                "chosen": "nothing fits", "error": str(error)}
+    return {"budget_bytes": budget, "seconds": time.perf_counter() - start, "compiled": row.compiled,
+            "chosen": row.name, "choices": row.choices, "device_bytes": row.device_bytes,
+            "host_bytes": row.host_bytes, "flops_ratio": row.flops_ratio, "search": row.search}
+
+
+def reference_sweeps() -> list[dict]:
+    """Part 1: a shared sweep, then each budget alone, per target."""
+    results = []
+    args = models.transformer_args(**REFERENCE)
+    for target in SWEEP_TARGETS:
+        standard = {row.name: row for row in compare_policies(
+            models.transformer_loss, *args, policies=list(STANDARD_POLICIES), target=target)}
+        budgets = _budgets(standard)
+        measured: dict = {}
+        start = time.perf_counter()
+        shared = [_plan(target, budget, measured) for budget in budgets]
+        sweep_s = time.perf_counter() - start
+        alone = [_plan(target, budget, {}) for budget in budgets]
+        results.append({"target": target, "label": target or "this machine (keep or recompute)",
+                        "sweep_seconds": sweep_s,
+                        "sweep_compiled": sum(p["compiled"] or 0 for p in shared),
+                        "shared": shared, "alone": alone})
+        print(f"{target}: sweep {sweep_s:.1f} s, {results[-1]['sweep_compiled']} compiled; alone "
+              f"{[p['compiled'] for p in alone]}", flush=True)
+    return results
+
+
+def _plans():
+    for answers in itertools.product((KEEP, OFFLOAD, RECOMPUTE), repeat=len(NAMES)):
+        keep = [n for n, a in zip(NAMES, answers) if a == KEEP]
+        offload = [n for n, a in zip(NAMES, answers) if a == OFFLOAD]
+        if keep or offload:
+            yield plan_label(keep, offload), plan_policy(keep, offload)
+
+
+def exhaustive(target: str) -> dict:
+    """Part 2: every plan of the small model compiled, then dense sweeps checked against them."""
+    args = models.transformer_args(**SMALL)
+    policies = {**{s: getattr(jax.checkpoint_policies, s) for s in STANDARD_POLICIES}, **dict(_plans())}
+    start = time.perf_counter()
+    rows = {row.name: row for row in compare_policies(models.transformer_loss, *args, policies=policies,
+                                                      target=target)}
+    compile_s = time.perf_counter() - start
+    asked = []
+
+    def answered(programs, inputs):  # the planner's compiles, answered from the table
+        asked.extend(program.label for program in programs)
+        return [Measurement(rows[p.label].residual_bytes, rows[p.label].temp_bytes, rows[p.label].flops,
+                            rows[p.label].reported_flops, rows[p.label].peak_bytes, rows[p.label].host_bytes)
+                for p in programs]
+
+    figures = sorted({row.device_bytes for row in rows.values()})
+    dense = sorted(figures + [(a + b) // 2 for a, b in zip(figures, figures[1:])])
+    hosts = sorted({row.host_bytes for row in rows.values()})
+    host_budgets = [None, 0, *hosts[1:-1:max(1, (len(hosts) - 2) // 4)]]
+    real = remat_guide.planner.measure
+    remat_guide.planner.measure = answered
+    sweeps = []
+    try:
+        for host_budget in host_budgets:
+            for offload in (True, False):
+                candidates = [row for row in rows.values() if offload or row.host_bytes == 0
+                              and "offload" not in row.name]
+                measured: dict = {}
+                asked.clear()
+                wrong, per_budget, checked = [], [], 0
+                for budget in dense:
+                    before = len(asked)
+                    truth = pick(candidates, budget, host_budget)
+                    try:
+                        row = plan_names(models.transformer_loss, *args, budget_bytes=budget,
+                                         host_budget_bytes=host_budget, measured=measured, target=target,
+                                         offload=offload)
+                        name = row.name
+                    except ValueError:
+                        name = None
+                    per_budget.append(len(asked) - before)
+                    checked += 1
+                    if name != (truth.name if truth else None):
+                        wrong.append({"budget": budget, "planner": name, "every plan": truth and truth.name})
+                sweeps.append({"host_budget_bytes": host_budget, "offload": offload, "budgets": checked,
+                               "compiled": len(asked), "max_per_budget": max(per_budget), "wrong": wrong})
+                print(f"  {target} host {host_budget} offload {offload}: {checked} budgets, {len(asked)} "
+                      f"compiled, max {max(per_budget)} per budget, {len(wrong)} wrong", flush=True)
+    finally:
+        remat_guide.planner.measure = real
+    return {"target": target, "plans": len(rows), "compile_seconds": compile_s, "sweeps": sweeps}
+
+
+def _mib(value) -> str:
+    return "—" if value is None else f"{value / 2**20:.2f}"
+
+
+def _lines(report: dict, before: dict | None) -> list[str]:
+    lines = ["# plan_names benchmark", "",
+             f"JAX {report['jax']} on {report['platform']}, {report['cpu_count']} CPUs. Reference "
+             f"transformer {REFERENCE}; small model {SMALL}.", "",
+             f"## Reference transformer: compiles and wall time per budget (limits: {PER_BUDGET_LIMIT} "
+             f"per budget alone, {PER_SWEEP_LIMIT} per sweep)", ""]
+    old = {r["target"]: r for r in (before or {}).get("reference", [])}
+    for result in report["reference"]:
+        prior = old.get(result["target"])
+        lines += [f"### {result['label']}", "",
+                  f"Sweep of {len(result['shared'])} budgets sharing one measured dict: "
+                  f"{result['sweep_compiled']} programs compiled in {result['sweep_seconds']:.1f} s"
+                  + (f" (before: {prior['sweep_compiled']} in {prior['sweep_seconds']:.1f} s)" if prior else "")
+                  + ".", "",
+                  "| budget MiB | chosen | device MiB | host MiB | FLOPs ratio | shared: compiled | s "
+                  "| alone: compiled | s |" + (" before alone: compiled | s |" if prior else ""),
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if prior else "")]
+        for i, (shared, alone) in enumerate(zip(result["shared"], result["alone"])):
+            cells = [_mib(shared["budget_bytes"]), shared["chosen"], _mib(shared.get("device_bytes")),
+                     _mib(shared.get("host_bytes")),
+                     f"{shared['flops_ratio']:.3f}" if "flops_ratio" in shared else "—",
+                     str(shared["compiled"]), f"{shared['seconds']:.1f}", str(alone["compiled"]),
+                     f"{alone['seconds']:.1f}"]
+            if prior and i < len(prior["alone"]):
+                cells += [str(prior["alone"][i]["compiled"]), f"{prior['alone'][i]['seconds']:.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Small model: the planner against all 243 plans", ""]
+    for result in report["exhaustive"]:
+        lines += [f"### {result['target']}: {result['plans']} rows compiled in {result['compile_seconds']:.0f} s", "",
+                  "| host budget | offload | budgets | compiled by the sweep | most for one budget | wrong |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {s['host_budget_bytes'] if s['host_budget_bytes'] is not None else 'none'} | "
+                  f"{s['offload']} | {s['budgets']} | {s['compiled']} | {s['max_per_budget']} | {len(s['wrong'])} |"
+                  for s in result["sweeps"]]
+        lines.append("")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("_build/bench"))
+    parser.add_argument("--exhaustive", nargs="*", default=["tpu-v5e", "h100"],
+                        help="targets to compile all 243 plans of the small model for")
+    parser.add_argument("--before", type=pathlib.Path, default=None,
+                        help="an earlier planner.json, shown beside this run")
+    options = parser.parse_args()
+    options.out.mkdir(parents=True, exist_ok=True)
+    before = json.loads(options.before.read_text()) if options.before else None
+    report = {"jax": jax.__version__, "platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(),
+              "reference": reference_sweeps(),
+              "exhaustive": [exhaustive(target) for target in options.exhaustive]}
+    report["limits_met"] = all(
+        p["compiled"] is None or p["compiled"] <= PER_BUDGET_LIMIT
+        for r in report["reference"] for p in r["alone"]) and all(
+        r["sweep_compiled"] <= PER_SWEEP_LIMIT for r in report["reference"])
+    report["answers_match"] = all(not s["wrong"] for r in report["exhaustive"] for s in r["sweeps"])
+    (options.out / "planner.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = _lines(report, before)
+    lines += [f"Compile limits met: {report['limits_met']}. Every answer that of all plans: "
+              f"{report['answers_match']}."]
+    (options.out / "planner.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nwrote {options.out / 'planner.json'} and {options.out / 'planner.md'}")
+
+
+if __name__ == "__main__":
+    main()
