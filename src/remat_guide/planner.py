@@ -212,15 +212,17 @@ def plan_names(
        names' effects, each against recomputing everything.
     3. Compile the plan predicted best (fitting, fewest FLOPs, then fewest host bytes and
        least device memory) among those that could still beat the best plan compiled so
-       far, and repeat. A plan could beat it unless, even with each prediction moved by the
-       largest error the predictions have made on any plan compiled so far, it does not
+       far, and repeat. A plan could beat it unless, even with each prediction lowered by
+       the largest error that prediction has made on a plan compiled so far, it does not
        fit or it takes more FLOPs (or, at equal FLOPs, more host and device bytes).
-    4. Stop when no plan could beat the best compiled one. When a compiled plan shows the
-       predictions wrong by more than the errors allowed for, the errors grow, more plans
-       could beat the best, and more are compiled; in the worst case every plan is.
+    4. Stop when no plan could beat the best compiled one. When a compiled plan shows a
+       prediction wrong by more than allowed for, the allowance grows, more plans could
+       beat the best, and more are compiled; in the worst case every plan is.
 
     The answer is always a compiled row; the predictions only order the search and decide
-    what is left uncompiled, within the errors they have shown. ``search`` on the row says
+    what is left uncompiled, within the errors they have shown. Plans that tie on every
+    figure (symmetric names often do) are equally good answers, and the first compiled
+    stands. ``search`` on the row says
     how it ended. The measurements do not depend on the budget: to plan several budgets
     for the same model, pass the same ``measured`` dict to each call; no plan is compiled
     twice, and the prediction errors seen by earlier calls carry over.
@@ -340,8 +342,6 @@ Plan = tuple[str, ...]
 class _Search:
     """The plans of one model's names, what is known of them, and the search for one budget."""
 
-    margin_factor = 1.0
-    calibrate = True
 
     def __init__(self, loss_for: Callable, inputs: Inputs, names: tuple[str, ...], tags: list[str],
                  measured: dict, base: Program | None, base_label: str, answers: tuple[str, ...]) -> None:
@@ -349,6 +349,7 @@ class _Search:
         self.measured, self.base, self.base_label = measured, base, base_label
         self.plans: list[Plan] = list(itertools.product(answers, repeat=len(names)))
         self.none: Plan = (RECOMPUTE,) * len(names)
+        self.answers = answers
         self.singles: list[Plan] = [plan for plan in self.plans if sum(a != RECOMPUTE for a in plan) == 1]
         self.compiled = 0
 
@@ -366,14 +367,15 @@ class _Search:
     def fixed(self) -> list[PolicyRow]:
         """The baseline and the standard policies, compiled if not yet measured."""
         labels = [self.base_label, *STANDARD_POLICIES]
-        if not all(label in self.measured for label in labels):
+        if self.base_label not in self.measured:
             base = self.base or trace_baseline(self.loss_for, self.inputs)[0]
-            programs = [base] + [trace_policy(self.loss_for, label, standard_policy(label), self.inputs, self.tags)
-                                 for label in STANDARD_POLICIES]
-            results = measure(programs, self.inputs)
-            for program, result in zip(programs, results):
-                self.measured[program.label] = row_of(program, result, results[0].flops, self.inputs)
-            self.compiled += len(programs)
+            result = measure([base], self.inputs)[0]
+            self.measured[base.label] = row_of(base, result, result.flops, self.inputs)
+            self.compiled += 1
+        missing = [label for label in STANDARD_POLICIES if label not in self.measured]
+        if missing:
+            self._measure([trace_policy(self.loss_for, label, standard_policy(label), self.inputs, self.tags)
+                           for label in missing], self.measured[self.base_label].flops)
         return [self.measured[label] for label in labels]
 
     def ensure(self, plans: Sequence[Plan]) -> None:
@@ -404,49 +406,35 @@ class _Search:
                     figures[k] += getattr(single, f) - getattr(none, f)
         return tuple(figures)
 
-    margin_rule = "global"
-
-    @staticmethod
-    def _weight(plan: Plan, rule: str) -> float:
-        k = sum(a != RECOMPUTE for a in plan)
-        if rule == "pairs":
-            return k * (k - 1) / 2
-        if rule == "count":
-            return k - 1
-        return 1.0
-
     def errors(self) -> tuple[float, ...]:
-        """The largest error of each prediction on the plans compiled beyond the single answers, per weight."""
+        """The largest error of each prediction on a plan compiled beyond the single answers."""
         worst = [0.0, 0.0, 0.0]
         for plan in self.plans:
             row = self.known(plan)
             if row is None or plan == self.none or plan in self.singles:
                 continue
-            weight = self._weight(plan, self.margin_rule)
             for k, (f, guess) in enumerate(zip(_FIGURES, self.predict(plan))):
-                worst[k] = max(worst[k], abs(getattr(row, f) - guess) / weight)
+                worst[k] = max(worst[k], abs(getattr(row, f) - guess))
         return tuple(worst)
 
     def run(self, budget: int, host_budget: int | None, tolerance: float) -> NamePlan:
         fixed = self.fixed()
-        first = [self.none, *self.singles]
-        if self.calibrate:
-            first += [plan for plan in ((KEEP,) * len(self.names), (OFFLOAD,) * len(self.names))
-                      if plan in self.plans and plan not in first]
-        self.ensure(first)
+        # Every name kept, and every name offloaded: where the single effects interact the
+        # most, so that the predictions' errors are seen before the first decision.
+        every = [(answer,) * len(self.names) for answer in self.answers if answer != RECOMPUTE]
+        self.ensure([self.none, *self.singles, *(plan for plan in every if plan not in self.singles)])
         widened = 0
         while True:
             rows = fixed + [row for plan in self.plans if (row := self.known(plan)) is not None]
             best = pick(rows, budget, host_budget, tolerance)
             fewest = min((row.flops for row in rows if _fits(row, budget, host_budget)), default=0)
-            margin = tuple(self.margin_factor * e for e in self.errors())
+            margin = self.errors()
             waiting = []
             for plan in self.plans:
                 if self.known(plan) is not None:
                     continue
                 flops, device, host = self.predict(plan)
-                weight = self._weight(plan, self.margin_rule)
-                low = (flops - weight * margin[0], device - weight * margin[1], host - weight * margin[2])
+                low = (flops - margin[0], device - margin[1], host - margin[2])
                 if low[1] > budget or (host_budget is not None and low[2] > host_budget):
                     continue
                 if best is not None and not (
@@ -461,8 +449,7 @@ class _Search:
             plan = min(waiting)[1]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            weight = self._weight(plan, self.margin_rule)
-            if any(abs(getattr(row, f) - g) > weight * m for f, g, m in zip(_FIGURES, guess, margin)):
+            if any(abs(getattr(row, f) - g) > m for f, g, m in zip(_FIGURES, guess, margin)):
                 widened += 1
         if best is None:
             smallest = min(rows, key=lambda row: row.device_bytes)
@@ -474,11 +461,12 @@ class _Search:
         plans = {self.label(plan): plan for plan in self.plans}
         chosen = plans.get(best.name)
         measured_plans = sum(self.known(plan) is not None for plan in self.plans)
-        search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others, with each prediction "
-                  f"moved by its largest error so far (FLOPs {_amount(margin[0])}, device "
-                  f"{_amount(margin[1])} bytes, host {_amount(margin[2])} bytes), could not fit and beat it")
+        search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others could not fit and beat "
+                  f"it even with each prediction lowered by its largest error on a compiled plan "
+                  f"(FLOPs {_amount(margin[0])}, device {_amount(margin[1])} bytes, host {_amount(margin[2])} bytes)")
         if widened:
-            search += f"; {widened} compiled plans lay outside those errors, so the search went on"
+            search += (f"; {widened} compiled plans lay further from their predictions than allowed for, "
+                       "which widened the allowance and the search")
         fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(PolicyRow)}
         fields["compiled"] = self.compiled
         return NamePlan(**fields, choices={} if chosen is None else dict(zip(self.names, chosen)),
@@ -486,4 +474,4 @@ class _Search:
 
 
 def _amount(value: float) -> str:
-    return f"±{math.ceil(value):,}"
+    return f"{math.ceil(max(value, 0)):,}"

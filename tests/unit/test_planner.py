@@ -24,6 +24,13 @@ ARGS = transformer_args(**CONFIG)
 TOLERANCE = 5e-3
 
 
+def equally_good(row, other):
+    """The same row, or one that ties with it on every figure of the objective."""
+    return row.name == other.name or (
+        row.host_bytes == other.host_bytes and row.device_bytes == other.device_bytes
+        and abs(row.flops - other.flops) <= TOLERANCE * min(row.flops, other.flops))
+
+
 def fewest_flops_fitting(rows, budget, host_budget=None):
     """The fewest FLOPs of the rows that fit, allowing for the planner's tolerance."""
     fitting = [row for row in rows if row.device_bytes <= budget
@@ -69,7 +76,7 @@ def test_the_choice_is_that_of_compiling_every_set(sweep):
     sets = [row for row in rows if row.name.startswith("save_only_these_names(")]
     assert len(sets) == 2 ** len(TRANSFORMER_NAMES) - 1  # every non-empty subset
     for budget, row in chosen.items():
-        assert row.name == pick(rows, budget).name, budget
+        assert equally_good(row, pick(rows, budget)), budget
         assert row.flops <= fewest_flops_fitting(rows, budget), budget
 
 
@@ -214,7 +221,7 @@ def test_every_budget_gets_the_answer_of_compiling_all_27_plans(three_answers):
     for host_budget, (plans, _) in sweeps.items():
         for budget, row in plans.items():
             truth = pick(table.values(), budget, host_budget)
-            assert row.name == truth.name, (budget, host_budget, row.name, truth.name)
+            assert equally_good(row, truth), (budget, host_budget, row.name, truth.name)
             assert row.device_bytes <= budget and (host_budget is None or row.host_bytes <= host_budget)
             assert row.flops <= fewest_flops_fitting(table.values(), budget, host_budget)
             checked += 1
