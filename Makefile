@@ -142,8 +142,9 @@ chromium:  ## Make sure a Chromium is installed for the browser tests (Debian/Ub
 bench-build: $(STAMP) chromium  ## Measure cold, no-change and one-page builds against running the pages as scripts, and `make test` after `make html`.
 	$(BIN)/python benchmarks/bench_build.py --out $(BUILD)/bench
 
-bench: $(STAMP)  ## Time jit(grad) per policy, compare_policies (also per target) and plan_names on the reference transformer, and the sharded page; JSON + Markdown in $(BUILD)/bench.
+bench: $(STAMP)  ## Time jit(grad) per policy, compare_policies (also per target), the sharded page, and plan_names per budget and target against all 243 plans of a small model; JSON + Markdown in $(BUILD)/bench.
 	$(BIN)/python benchmarks/bench_policies.py --out $(BUILD)/bench
+	$(BIN)/python benchmarks/bench_planner.py --out $(BUILD)/bench
 
 clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info

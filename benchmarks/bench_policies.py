@@ -1,4 +1,4 @@
-"""Benchmark of the policies on the reference transformer: jit(grad) per policy, compare_policies, plan_names.
+"""Benchmark of the policies on the reference transformer: jit(grad) per policy, compare_policies.
 
 Also the sharded page's build time. compare_policies is timed against the sum of the XLA
 compilations it runs (every ``jax.stages.Lowered.compile`` call, timed), whose ratio the
@@ -7,7 +7,8 @@ accelerators compiled for ahead of time (``target=``), its wall time, the progra
 compiles (two per row with a target: the target's, for the memory, and this machine's, for
 the FLOPs) and each policy's device figure.
 
-Run by `make bench`; writes policies.json and policies.md to the folder given by --out.
+plan_names has its own benchmark, bench_planner.py. Run by `make bench`; writes policies.json
+and policies.md to the folder given by --out.
 ``--only compare`` runs the compare_policies timings alone (compare.json), ``--only
 targets`` the per-target timings alone (targets.json and targets.md). Timings belong here,
 never on the site's pages.
@@ -29,7 +30,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, models, plan_names
+from remat_guide import checkpoint_dot_policy, compare_policies, count_flops, models
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.targets import target
 
@@ -92,23 +93,6 @@ def _step_times(loss, args, repeats: int) -> list[float]:
     step = jax.jit(jax.grad(loss)).lower(*args).compile()
     jax.block_until_ready(step(*args))  # warm-up, not counted
     return [_timed(lambda: jax.block_until_ready(step(*args))) for _ in range(repeats)]
-
-
-def _plan_budgets(rows) -> list[dict]:
-    """plan_names for three budgets, each call on its own (no measured rows shared)."""
-    by_name = {row.name: row for row in rows}
-    low = by_name["nothing_saveable"].temp_bytes
-    mid = by_name["dots_with_no_batch_dims_saveable"].temp_bytes
-    high = by_name["no checkpoint"].temp_bytes
-    specs = models.transformer_args(**CONFIG)
-    results = []
-    for label, budget in (("tight", (low + mid) // 2), ("middle", mid), ("loose", high)):
-        start = time.perf_counter()
-        row = plan_names(models.transformer_loss, *specs, budget_bytes=budget)
-        results.append({"budget": label, "budget_bytes": budget, "seconds": time.perf_counter() - start,
-                        "compiled": row.compiled, "chosen": row.name, "temp_bytes": row.temp_bytes,
-                        "flops_ratio": row.flops_ratio})
-    return results
 
 
 def _target_timings(specs) -> list[dict]:
@@ -233,7 +217,6 @@ def main() -> None:
         print(f"\nwrote {options.out / 'compare.json'}")
         return
 
-    plans = _plan_budgets(rows)
     per_target = _target_timings(specs)
     sharded_page_s = _page_seconds(SHARDED_PAGE)
 
@@ -283,7 +266,6 @@ def main() -> None:
         "flops": {"analytic_matmul_flops_of_grad": analytic, "measured_no_checkpoint": baseline.flops,
                   "xla_reported_no_checkpoint": baseline.reported_flops, "relative_error": flops_error},
         "exercise_flops": exercise,
-        "plan_names": plans,
         "sharded_page_execute_s": sharded_page_s,
         "jit_grad_step": timings,
         "compare_policies_per_target": per_target,
@@ -332,13 +314,6 @@ def main() -> None:
         "## compare_policies: wall time and compile time",
         "",
         *compare_lines,
-        "",
-        "## plan_names on the reference transformer (each budget planned on its own)",
-        "",
-        "| budget | budget MiB | wall s | policies compiled | chosen | temp MiB | FLOPs ratio |",
-        "|---|---:|---:|---:|---|---:|---:|",
-        *[f"| {p['budget']} | {p['budget_bytes'] / 2**20:.2f} | {p['seconds']:.1f} | {p['compiled']} | "
-          f"{p['chosen']} | {p['temp_bytes'] / 2**20:.2f} | {p['flops_ratio']:.3f} |" for p in plans],
         "",
         f"Sharded training page (docs/sharded.md, 8 simulated devices): executed in "
         f"{sharded_page_s:.1f} s.",
