@@ -52,6 +52,17 @@ class NamePlan(PolicyRow):
     choices: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
     search: str = ""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.choices, dict):
+            raise TypeError(f"NamePlan.choices must be a dict from names to answers, got "
+                            f"{type(self.choices).__name__}")
+        for name, answer in self.choices.items():
+            if not isinstance(name, str) or answer not in (KEEP, OFFLOAD, RECOMPUTE):
+                raise ValueError(f"NamePlan.choices must map names (str) to 'keep', 'offload' or "
+                                 f"'recompute', got {name!r}: {answer!r}")
+        validation.string(self.search, "NamePlan.search")
+
     @property
     def kept(self) -> tuple[str, ...]:
         """The names kept on the device."""

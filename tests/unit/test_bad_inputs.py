@@ -20,6 +20,7 @@ from remat_guide import (
     FlopCount,
     FwdBwd,
     Loop,
+    NamePlan,
     PolicyDiagram,
     PolicyRow,
     Residual,
@@ -349,6 +350,14 @@ CASES = {
         ("rows an int", lambda: policy_table(3), TypeError, "rows"),
         ("rows a str", lambda: policy_table("rows"), TypeError, "rows"),
         ("a row not a PolicyRow", lambda: policy_table([row(), {"name": "x"}]), TypeError, "rows"),
+    ],
+    "NamePlan": [
+        ("choices not a dict", lambda: NamePlan("p", None, 0, 0, 1, 1, 1.0, choices=[("h", "keep")]), TypeError,
+         "choices"),
+        ("an unknown answer", lambda: NamePlan("p", None, 0, 0, 1, 1, 1.0, choices={"h": "save"}), ValueError,
+         "choices"),
+        ("search not a str", lambda: NamePlan("p", None, 0, 0, 1, 1, 1.0, search=3), TypeError, "search"),
+        ("negative flops, as for PolicyRow", lambda: NamePlan("p", None, 0, 0, -1, 1, 1.0), ValueError, "flops"),
     ],
     "PolicyRow": [
         ("negative residual bytes", lambda: row(residual_bytes=-1), ValueError, "residual_bytes"),
