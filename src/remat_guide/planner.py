@@ -153,7 +153,7 @@ def _fits(row: PolicyRow, budget_bytes: int, host_budget_bytes: int | None) -> b
 
 def pick(rows: Iterable[PolicyRow], budget_bytes: int, host_budget_bytes: int | None = None,
          flops_tolerance: float = 5e-3) -> PolicyRow | None:
-    """The row :func:`plan_names` prefers among ``rows``: its objective, on rows already measured.
+    """The row :func:`~remat_guide.plan_names` prefers among ``rows``: its objective, on rows already measured.
 
     Of the rows that fit (``device_bytes <= budget_bytes`` and, with a host budget,
     ``host_bytes <= host_budget_bytes``), those whose FLOPs are within ``flops_tolerance``
