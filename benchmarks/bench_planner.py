@@ -38,7 +38,6 @@ from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, pick, plan_label, plan
 
 REFERENCE = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
 SMALL = dict(layers=2, batch=2, seq=64, d_model=64, heads=2, mlp_dim=256)
-SWEEP_TARGETS = (None, "tpu-v5e", "h100")
 NAMES = models.TRANSFORMER_NAMES
 PER_BUDGET_LIMIT, PER_SWEEP_LIMIT = 30, 60
 
@@ -63,11 +62,11 @@ def _plan(target, budget, measured) -> dict:
             "host_bytes": row.host_bytes, "flops_ratio": row.flops_ratio, "search": row.search}
 
 
-def reference_sweeps() -> list[dict]:
-    """Part 1: a shared sweep, then each budget alone, per target."""
+def reference_sweeps(targets: list[str | None]) -> list[dict]:
+    """Part 1: a shared sweep, then each budget alone, per target (None: this machine)."""
     results = []
     args = models.transformer_args(**REFERENCE)
-    for target in SWEEP_TARGETS:
+    for target in targets:
         standard = {row.name: row for row in compare_policies(
             models.transformer_loss, *args, policies=list(STANDARD_POLICIES), target=target)}
         budgets = _budgets(standard)
@@ -207,6 +206,8 @@ def _lines(report: dict, before: dict | None) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("_build/bench"))
+    parser.add_argument("--targets", nargs="*", default=["cpu", "tpu-v5e", "h100"],
+                        help="targets of the reference sweeps (cpu: this machine, keep or recompute)")
     parser.add_argument("--exhaustive", nargs="*", default=["tpu-v5e", "h100"],
                         help="targets to compile all 243 plans of the small model for")
     parser.add_argument("--before", type=pathlib.Path, default=None,
@@ -215,7 +216,7 @@ def main() -> None:
     options.out.mkdir(parents=True, exist_ok=True)
     before = json.loads(options.before.read_text()) if options.before else None
     report = {"jax": jax.__version__, "platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(),
-              "reference": reference_sweeps(),
+              "reference": reference_sweeps([None if t == "cpu" else t for t in options.targets]),
               "exhaustive": [exhaustive(target) for target in options.exhaustive]}
     report["limits_met"] = all(
         p["compiled"] is None or p["compiled"] <= PER_BUDGET_LIMIT

@@ -1,9 +1,14 @@
-"""Plain helpers shared by the tests: the checkout, its notebook pages, and the text and tables of a built page."""
+"""Plain helpers shared by the tests: the checkout, its pages, a scanned model, and built pages' text and tables."""
 
 import html
 import html.parser
 import pathlib
 import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The sources of the pages that run as notebooks.
@@ -53,3 +58,22 @@ def table_with(page_html: str, *headers: str) -> list[dict[str, str]]:
     assert len(found) == 1, f"{len(found)} tables with the headers {headers}"
     header, *body = found[0]
     return [dict(zip(header, row)) for row in body]
+
+
+def scanned_loss_for(layer: Callable[[jax.Array, Any], jax.Array]) -> Callable[[Any], Callable]:
+    """``loss_for(policy)``: ``mean(out ** 2)`` of ``layer`` scanned over the layers of ``params``.
+
+    ``policy`` checkpoints each layer (``prevent_cse=False``, as in a scan); ``None`` means
+    no checkpoint.
+    """
+
+    def loss_for(policy: Any) -> Callable:
+        step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+        def loss(params: Any, x: jax.Array) -> jax.Array:
+            x, _ = jax.lax.scan(lambda carry, w: (step(carry, w), None), x, params)
+            return jnp.mean(x**2)
+
+        return loss
+
+    return loss_for

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
+from helpers import scanned_loss_for
 from remat_guide import compare_policies, plan_names
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.models import TRANSFORMER_NAMES, mlp_args, transformer_args, transformer_loss
@@ -163,21 +164,14 @@ NAMES = ("up", "act", "down")
 MLP = mlp_args(layers=3, n=32, d=128)
 
 
-def three_names_loss_for(policy):
-    """A scanned MLP whose layers tag three values; ``policy`` checkpoints each layer."""
+def three_layer(x, w):
+    """A scanned MLP layer that tags three values: up, act and down."""
+    up = checkpoint_name(x @ w["w_in"], "up")
+    act = checkpoint_name(jnp.sin(up) * up, "act")
+    return jnp.tanh(checkpoint_name(act @ w["w_out"], "down"))
 
-    def layer(x, w):
-        up = checkpoint_name(x @ w["w_in"], "up")
-        act = checkpoint_name(jnp.sin(up) * up, "act")
-        return jnp.tanh(checkpoint_name(act @ w["w_out"], "down"))
 
-    step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
-
-    def loss(params, x):
-        x, _ = jax.lax.scan(lambda carry, w: (step(carry, w), None), x, params)
-        return jnp.mean(x**2)
-
-    return loss
+three_names_loss_for = scanned_loss_for(three_layer)
 
 
 def every_plan():

@@ -22,8 +22,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import remat_guide.targets
+from helpers import scanned_loss_for
 from remat_guide import Comparison, PolicyRow, compare_policies, plan_names, recommend_policy
-from remat_guide._labels import names_label
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.models import mlp_args
 from remat_guide.planner import plan_label
@@ -35,26 +35,19 @@ TPU, GPU = "tpu-v5e", "h100"
 LAYERS, N, D = 4, 16, 128
 ARGS = mlp_args(layers=LAYERS, n=N, d=D)
 OFFLOAD = "offload h"
-SAVE_H = names_label(["h"])
+SAVE_H = plan_label(["h"])
 
 
 def hidden(x, w):
     return jnp.tanh(x @ w["w_in"])
 
 
-def tagged_loss_for(policy):
-    """A scanned MLP whose layers tag their hidden value "h"; ``policy`` checkpoints each layer."""
+def tagged_layer(x, w):
+    """A scanned MLP layer that tags its hidden value "h"."""
+    return jnp.tanh(checkpoint_name(hidden(x, w), "h") @ w["w_out"])
 
-    def layer(x, w):
-        return jnp.tanh(checkpoint_name(hidden(x, w), "h") @ w["w_out"])
 
-    step = layer if policy is None else jax.checkpoint(layer, policy=policy, prevent_cse=False)
-
-    def loss(params, x):
-        x, _ = jax.lax.scan(lambda carry, w: (step(carry, w), None), x, params)
-        return jnp.mean(x**2)
-
-    return loss
+tagged_loss_for = scanned_loss_for(tagged_layer)
 
 
 def offload_policy():
