@@ -49,14 +49,18 @@ def _budgets(rows: dict) -> list[int]:
     return [round(0.97 * low)] + [round(low + (high - low) * k / 4) for k in range(5)]
 
 
+def _rows(measured: dict) -> int:
+    return sum(isinstance(key, str) for key in measured)
+
+
 def _plan(target, budget, measured) -> dict:
-    start = time.perf_counter()
+    start, known = time.perf_counter(), _rows(measured)
     try:
         row = plan_names(models.transformer_loss, *models.transformer_args(**REFERENCE),
                          budget_bytes=budget, measured=measured, target=target)
-    except ValueError as error:
-        return {"budget_bytes": budget, "seconds": time.perf_counter() - start, "compiled": None,
-                "chosen": "nothing fits", "error": str(error)}
+    except ValueError as error:  # nothing fits: what it compiled to find out is in measured
+        return {"budget_bytes": budget, "seconds": time.perf_counter() - start,
+                "compiled": _rows(measured) - known, "chosen": "nothing fits", "error": str(error)}
     return {"budget_bytes": budget, "seconds": time.perf_counter() - start, "compiled": row.compiled,
             "chosen": row.name, "choices": row.choices, "device_bytes": row.device_bytes,
             "host_bytes": row.host_bytes, "flops_ratio": row.flops_ratio, "search": row.search}
