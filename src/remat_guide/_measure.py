@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from remat_guide import _cache as cache
 from remat_guide import _validation as validation
 from remat_guide._labels import names_label
 from remat_guide._tracing import check_keywords
@@ -280,28 +281,64 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
 # their lowered text: comparing one model on several targets compiles each program here once.
 _TARGET_FLOPS: dict[str, FlopCount] = {}
 _TARGET_FLOPS_KEPT = 256
+_FLOPS = ("flops", "reported_flops")
+_MEMORY = ("temp_bytes", "peak_bytes", "host_bytes")
 
 
-def _compile(program: Program) -> tuple[Any, Any]:
-    """The program compiled for this machine (or its FLOPs), and for the target when there is one."""
-    if program.on_target is None:
-        return program.traced.lower().compile(), None
-    on_target = program.on_target.lower().compile()
+def _memory(compiled: Any) -> dict[str, int]:
+    memory = compiled.memory_analysis()
+    return {"temp_bytes": memory.temp_size_in_bytes, "peak_bytes": memory.peak_memory_in_bytes,
+            "host_bytes": memory.host_temp_size_in_bytes}
+
+
+def _local_figures(program: Program) -> dict[str, int]:
+    """FLOPs and memory of the program compiled for this machine (from the cache, when set)."""
     lowered = program.traced.lower()
+    cache_key = cache.key("figures", jax.default_backend(), lowered)
+    figures = cache.get(cache_key)
+    if figures is None:
+        compiled = lowered.compile()
+        flops = count_flops(compiled)
+        figures = {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)}
+        cache.put(cache_key, figures)
+    return figures
+
+
+def _target_flops(program: Program) -> dict[str, int]:
+    """FLOPs of the program compiled for this machine, only to count them."""
+    lowered = program.traced.lower()
+    cache_key = cache.key("figures", jax.default_backend(), lowered)
+    figures = cache.get(cache_key)
+    if figures is not None:
+        return {name: figures[name] for name in _FLOPS}
     text = lowered.as_text()
     if text not in _TARGET_FLOPS:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
-        _TARGET_FLOPS[text] = count_flops(lowered.compile())
-    return _TARGET_FLOPS[text], on_target
+        compiled = lowered.compile()
+        _TARGET_FLOPS[text] = count_flops(compiled)
+        flops = _TARGET_FLOPS[text]
+        cache.put(cache_key, {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)})
+    flops = _TARGET_FLOPS[text]
+    return {"flops": flops.total, "reported_flops": flops.reported}
 
 
-def _measurement(compiled: tuple[Any, Any], residual_bytes: int) -> Measurement:
-    local, on_target = compiled
-    flops = local if isinstance(local, FlopCount) else count_flops(local)
-    memory = (local if on_target is None else on_target).memory_analysis()
-    return Measurement(residual_bytes, memory.temp_size_in_bytes, flops.total, flops.reported,
-                       memory.peak_memory_in_bytes, memory.host_temp_size_in_bytes)
+def _figures(program: Program, target_name: str | None) -> dict[str, int]:
+    """The program's FLOPs (always this machine's) and memory (the target's, when there is one)."""
+    if program.on_target is None:
+        return _local_figures(program)
+    lowered = program.on_target.lower()
+    cache_key = cache.key("memory", target_name, lowered)
+    memory = cache.get(cache_key)
+    if memory is None:
+        memory = _memory(lowered.compile())
+        cache.put(cache_key, memory)
+    return {**_target_flops(program), **memory}
+
+
+def _measurement(figures: dict[str, int], residual_bytes: int) -> Measurement:
+    return Measurement(residual_bytes, figures["temp_bytes"], figures["flops"], figures["reported_flops"],
+                       figures["peak_bytes"], figures["host_bytes"])
 
 
 def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
@@ -311,17 +348,23 @@ def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
     this machine (its FLOPs, which XLA's target programs do not give: the TPU compiler's
     loops carry no trip count, the GPU compiler reports no cost analysis).
 
-    XLA compiles in one background thread, one program at a time, while this thread does
-    the Python work around it: lowering the next program, listing residuals, counting the
-    FLOPs of the programs compiled. So the wall time is close to the sum of the compile
-    times. On an error, the programs not yet compiling are dropped.
+    XLA compiles in one background thread, one program at a time (counting its FLOPs
+    there too, a few percent of the compile), while this thread does the Python work
+    around it: tracing the next program, listing residuals. So the wall time is close to
+    the sum of the compile times. On an error, the programs not yet compiling are dropped.
+
+    When the environment variable ``REMAT_GUIDE_CACHE_DIR`` names a folder, each
+    program's figures are kept there, by its lowered text, the compiler, the XLA flags, the
+    versions of JAX and jaxlib and this package's source; a program measured before, by any
+    process, is not compiled again.
     """
+    target_name = None if inputs.target is None else inputs.target.name
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="remat_guide-compile")
     try:
         waiting: collections.deque = collections.deque()
         measured = []
         for program in programs:
-            waiting.append((pool.submit(_compile, program), _residual_bytes(program.loss, inputs)))
+            waiting.append((pool.submit(_figures, program, target_name), _residual_bytes(program.loss, inputs)))
             while waiting and waiting[0][0].done():
                 compiling, residual_bytes = waiting.popleft()
                 measured.append(_measurement(compiling.result(), residual_bytes))

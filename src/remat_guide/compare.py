@@ -68,7 +68,8 @@ class PolicyRow:
             device (the residuals' per-device pieces, the SPMD program XLA compiles for
             each device), not of the whole computation.
         compiled: How many policies :func:`plan_names` compiled to find this row (one
-            ``jax.jit(jax.grad)`` program each); 0 in the rows of :func:`compare_policies`.
+            ``jax.jit(jax.grad)`` program each, counted even when ``REMAT_GUIDE_CACHE_DIR``
+            gave its figures); 0 in the rows of :func:`compare_policies`.
         peak_bytes: XLA's ``memory_analysis().peak_memory_in_bytes`` of the program:
             the most device memory live at once, arguments and outputs included, on a TPU
             or GPU target. On the CPU it counts only the arguments and outputs, the same

@@ -10,6 +10,7 @@ import jax
 import jax.extend.core
 import numpy as np
 
+from remat_guide import _cache as cache
 from remat_guide import _validation as validation
 from remat_guide._tracing import check_arguments, flat_vjp, trace_vjp
 from remat_guide.residuals import Residual, saved_residuals
@@ -127,14 +128,19 @@ def residual_shardings(f: Callable, *args: Any, argnums: int | Sequence[int] | N
     leaves = jax.tree.leaves(vjp_shape)
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - len(leaves):]
     vjp_of_chosen, arg_leaves = flat_vjp(f, args, {}, differentiated)
-    compiled = jax.jit(lambda *a: vjp_of_chosen(*a)[1]).lower(*arg_leaves).compile()
-    out_shardings = jax.tree.leaves(compiled.output_shardings)
+    lowered = jax.jit(lambda *a: vjp_of_chosen(*a)[1]).lower(*arg_leaves)
+    cache_key = cache.key("residual shardings", jax.default_backend(), lowered)
+    pieces = cache.get(cache_key)
+    if pieces is None:
+        out_shardings = jax.tree.leaves(lowered.compile().output_shardings)
+        pieces = [(_spec_text(sharding, len(leaf.shape)), list(sharding.shard_shape(tuple(leaf.shape))))
+                  for leaf, sharding in zip(leaves, out_shardings)]
+        cache.put(cache_key, pieces)
     by_var = {}
-    for index, (var, leaf, sharding) in enumerate(zip(residual_vars, leaves, out_shardings)):
-        by_var.setdefault(_key(var, index), (leaf, sharding))
+    for index, (var, piece) in enumerate(zip(residual_vars, pieces)):
+        by_var.setdefault(_key(var, index), piece)
     result = []
     for residual, key in zip(listed, _saved_order(jaxpr, list(residual_vars))):
-        leaf, sharding = by_var[key]
-        result.append(ShardedResidual(residual, _spec_text(sharding, len(leaf.shape)),
-                                      tuple(sharding.shard_shape(tuple(leaf.shape)))))
+        spec, shard_shape = by_var[key]
+        result.append(ShardedResidual(residual, spec, tuple(shard_shape)))
     return result

@@ -1,0 +1,72 @@
+"""Figures of compiled programs kept on disk, by lowered program, when REMAT_GUIDE_CACHE_DIR names a folder."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import jax
+import jaxlib
+
+__all__ = ["ENVIRONMENT_VARIABLE", "get", "key", "put"]
+
+ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
+
+
+@functools.cache
+def _code_version() -> str:
+    """What the cached figures were computed with, besides the program: JAX, jaxlib and this package's code."""
+    source = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.rglob("*.py")):
+        source.update(path.read_bytes())
+    return f"{jax.__version__}/{jaxlib.__version__}/{source.hexdigest()}"
+
+
+def _folder() -> pathlib.Path | None:
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    if not value:
+        return None
+    folder = pathlib.Path(value)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{ENVIRONMENT_VARIABLE} must name a folder (or nothing), got the file {value!r}")
+    return folder
+
+
+def key(kind: str, compiler: str, lowered: Any) -> str | None:
+    """The cache key of a lowered program's figures of one ``kind`` for one ``compiler``; ``None`` when no cache is set.
+
+    The key covers the program's text, the compiler (``"cpu"`` or a target's name), the XLA
+    flags, JAX's and jaxlib's versions and this package's source.
+    """
+    if _folder() is None:
+        return None
+    parts = [kind, compiler, os.environ.get("XLA_FLAGS", ""), _code_version(), lowered.as_text()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def get(cache_key: str | None) -> Any:
+    """The figures stored under ``cache_key``, or ``None`` (no cache, or nothing readable stored)."""
+    folder = _folder()
+    if cache_key is None or folder is None:
+        return None
+    try:
+        return json.loads((folder / cache_key[:2] / f"{cache_key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def put(cache_key: str | None, figures: Any) -> None:
+    """Stores JSON-serialisable ``figures`` under ``cache_key``; several processes may write at once."""
+    folder = _folder()
+    if cache_key is None or folder is None:
+        return
+    path = folder / cache_key[:2] / f"{cache_key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as file:
+        json.dump(figures, file)
+    os.replace(file.name, path)

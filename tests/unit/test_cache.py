@@ -1,0 +1,140 @@
+"""REMAT_GUIDE_CACHE_DIR: figures measured once are read back, identical, by any later call or process."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from remat_guide import compare_policies, plan_names
+from remat_guide.models import mlp_args, mlp_scan_loss, transformer_args, transformer_loss
+
+NAMES = ["dots_saveable", "nothing_saveable"]
+ARGS = mlp_args(layers=3, n=64, d=32)
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Counts jax.stages.Lowered.compile calls, from any thread."""
+    calls = []
+    original = jax.stages.Lowered.compile
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", counted)
+    return calls
+
+
+def figures(rows):
+    return [(r.name, r.residual_bytes, r.temp_bytes, r.flops, r.reported_flops, r.peak_bytes, r.host_bytes)
+            for r in rows]
+
+
+@pytest.mark.parametrize("target", [None, "tpu-v5e"])
+def test_a_cached_row_equals_a_compiled_one_and_compiles_nothing(tmp_path, monkeypatch, compiles, target):
+    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
+    uncached = compare_policies(mlp_scan_loss, *ARGS, policies=NAMES, target=target)
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path / "cache"))
+    first = compare_policies(mlp_scan_loss, *ARGS, policies=NAMES, target=target)
+    before = len(compiles)
+    again = compare_policies(mlp_scan_loss, *ARGS, policies=NAMES, target=target)
+    assert len(compiles) == before and before > 0
+    assert figures(uncached) == figures(first) == figures(again)
+    assert any((tmp_path / "cache").rglob("*.json"))
+
+
+def test_each_target_has_its_own_entries(tmp_path, monkeypatch):
+    """One program on two targets, one cache: each target's memory is its own, as without a cache."""
+    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
+    policies = ["nothing_saveable"]
+    alone = {t: figures(compare_policies(mlp_scan_loss, *ARGS, policies=policies, target=t))
+             for t in ("tpu-v5e", "h100")}
+    assert alone["tpu-v5e"] != alone["h100"]
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    shared = {t: figures(compare_policies(mlp_scan_loss, *ARGS, policies=policies, target=t))
+              for t in ("tpu-v5e", "h100")}
+    assert shared == alone
+
+
+def test_the_planner_reads_the_cache_and_counts_its_plans_the_same(tmp_path, monkeypatch, compiles):
+    """A second plan from an empty measured dict compiles nothing, yet reports the same search."""
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    args = transformer_args(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
+    names = ["attn_out", "mlp_hidden"]
+    first = plan_names(transformer_loss, *args, budget_bytes=2**30, names=names)
+    before = len(compiles)
+    again = plan_names(transformer_loss, *args, budget_bytes=2**30, names=names)
+    assert len(compiles) == before and first.compiled == 8
+    assert (again.name, again.temp_bytes, again.flops, again.compiled, again.search) == (
+        first.name, first.temp_bytes, first.flops, first.compiled, first.search)
+
+
+def test_an_unreadable_entry_is_compiled_again(tmp_path, monkeypatch, compiles):
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    first = compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
+    for entry in tmp_path.rglob("*.json"):
+        entry.write_text("{not json", encoding="utf-8")
+    before = len(compiles)
+    again = compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
+    assert len(compiles) - before == len(first) and figures(again) == figures(first)
+
+
+def test_an_empty_variable_means_no_cache(tmp_path, monkeypatch, compiles):
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
+    before = len(compiles)
+    compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
+    assert len(compiles) - before == 3 and not any(tmp_path.iterdir())
+
+
+def test_a_file_in_place_of_the_folder_is_refused_by_name(tmp_path, monkeypatch):
+    path = tmp_path / "a-file"
+    path.write_text("", encoding="utf-8")
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(path))
+    with pytest.raises(ValueError, match=r"REMAT_GUIDE_CACHE_DIR must name a folder"):
+        compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
+
+
+CHILD = r"""
+import json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from remat_guide.models import mlp_args, mlp_scan_loss
+from remat_guide.sharded import residual_shardings
+
+params, x = mlp_args(layers=2, n=64, d=16)
+compiled = []
+original = jax.stages.Lowered.compile
+jax.stages.Lowered.compile = lambda self, *a, **k: compiled.append(1) or original(self, *a, **k)
+pieces = {}
+for axis in ("data", "batch"):
+    mesh = jax.make_mesh((8,), (axis,), axis_types=(AxisType.Auto,))
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(axis)))
+    loss = mlp_scan_loss(jax.checkpoint_policies.dots_saveable)
+    pieces[axis] = [[p.spec, list(p.device_shape)] for p in residual_shardings(loss, params, spec)]
+print(json.dumps({"pieces": pieces, "compiled": len(compiled)}))
+"""
+
+
+def test_residual_shardings_are_cached_per_mesh_and_read_back(tmp_path):
+    """Two meshes of one shape, with other axis names: each run's specs name its own axis."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "REMAT_GUIDE_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert runs[0]["pieces"] == runs[1]["pieces"]
+    assert [runs[0]["compiled"], runs[1]["compiled"]] == [2, 0]
+    for axis, pieces in runs[0]["pieces"].items():
+        assert any(f"'{axis}'" in spec for spec, _ in pieces), pieces
+        assert not any(f"'{other}'" in spec for spec, _ in pieces for other in {"data", "batch"} - {axis})
+    assert pathlib.Path(tmp_path).is_dir()
