@@ -1,9 +1,10 @@
-"""Figures of compiled programs kept on disk, by lowered program, when REMAT_GUIDE_CACHE_DIR names a folder."""
+"""Compiling a program only to read its figures: quickly, and kept on disk when REMAT_GUIDE_CACHE_DIR names a folder."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -11,11 +12,22 @@ import tempfile
 from typing import Any
 
 import jax
-import jaxlib
 
-__all__ = ["ENVIRONMENT_VARIABLE", "get", "key", "put"]
+__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "get", "key", "put"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
+
+
+def compile_unrun(lowered: Any) -> Any:
+    """``lowered.compile()`` for this machine's backend, for a program that is measured, never run.
+
+    On the CPU, LLVM's optimizations are turned off: they shape only the machine code,
+    after XLA's HLO passes and buffer assignment, so the optimized HLO, its FLOPs and
+    the memory figures are those of a default compile, in about a third of the time.
+    """
+    if jax.default_backend() == "cpu":
+        return lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
+    return lowered.compile()
 
 
 @functools.cache
@@ -24,7 +36,7 @@ def _code_version() -> str:
     source = hashlib.sha256()
     for path in sorted(pathlib.Path(__file__).parent.rglob("*.py")):
         source.update(path.read_bytes())
-    return f"{jax.__version__}/{jaxlib.__version__}/{source.hexdigest()}"
+    return f"{jax.__version__}/{importlib.metadata.version('jaxlib')}/{source.hexdigest()}"
 
 
 def _folder() -> pathlib.Path | None:

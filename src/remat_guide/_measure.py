@@ -297,7 +297,7 @@ def _local_figures(program: Program) -> dict[str, int]:
     cache_key = cache.key("figures", jax.default_backend(), lowered)
     figures = cache.get(cache_key)
     if figures is None:
-        compiled = lowered.compile()
+        compiled = cache.compile_unrun(lowered)
         flops = count_flops(compiled)
         figures = {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)}
         cache.put(cache_key, figures)
@@ -315,7 +315,7 @@ def _target_flops(program: Program) -> dict[str, int]:
     if text not in _TARGET_FLOPS:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
-        compiled = lowered.compile()
+        compiled = cache.compile_unrun(lowered)
         _TARGET_FLOPS[text] = count_flops(compiled)
         flops = _TARGET_FLOPS[text]
         cache.put(cache_key, {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)})

@@ -132,7 +132,7 @@ def residual_shardings(f: Callable, *args: Any, argnums: int | Sequence[int] | N
     cache_key = cache.key("residual shardings", jax.default_backend(), lowered)
     pieces = cache.get(cache_key)
     if pieces is None:
-        out_shardings = jax.tree.leaves(lowered.compile().output_shardings)
+        out_shardings = jax.tree.leaves(cache.compile_unrun(lowered).output_shardings)
         pieces = [(_spec_text(sharding, len(leaf.shape)), list(sharding.shard_shape(tuple(leaf.shape))))
                   for leaf, sharding in zip(leaves, out_shardings)]
         cache.put(cache_key, pieces)
