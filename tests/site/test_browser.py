@@ -193,6 +193,20 @@ _WIDE_CODE = """() => [...document.querySelectorAll('article div.highlight pre')
              + el.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), ''))"""
 
 
+# A JPEG is at most 65,535 pixels high; a taller page is saved in parts (-2.jpg, -3.jpg, ...).
+_JPEG_HEIGHT = 65_000
+
+
+def _screenshot(page, stem: pathlib.Path) -> None:
+    """Saves the whole page as stem.jpg, in parts when it is taller than a JPEG can be."""
+    width, height = page.evaluate("[document.documentElement.clientWidth, document.documentElement.scrollHeight]")
+    for part, top in enumerate(range(0, height, _JPEG_HEIGHT), start=1):
+        path = stem.with_name(stem.name + ("" if part == 1 else f"-{part}") + ".jpg")
+        page.screenshot(path=str(path), full_page=True, type="jpeg", quality=85,
+                        clip={"x": 0, "y": top, "width": width, "height": min(_JPEG_HEIGHT, height - top)})
+        assert path.stat().st_size > 0, path
+
+
 @pytest.fixture(scope="module")
 def tour(browser, base_url, site_dir):
     """Every content page in the four views (two widths, two themes), each visited once.
@@ -200,7 +214,8 @@ def tour(browser, base_url, site_dir):
     For each view it records the theme the page shows, the output blocks and tables that
     need more width than they have, the page's own scroll width and client width and the
     notebook links of the download menu, and saves a screenshot of the whole page as
-    ``_build/screenshots/<page>-<width>-<theme>.jpg``.
+    ``_build/screenshots/<page>-<width>-<theme>.jpg`` (and ``-2.jpg``, ... for a page taller
+    than a JPEG can be).
     """
     shots = site_dir.parent / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
@@ -223,9 +238,7 @@ def tour(browser, base_url, site_dir):
                     "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
                                      .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
                 }
-                stem = name.removesuffix(".html").replace("/", "_")
-                page.screenshot(path=str(shots / f"{stem}-{width}-{theme}.jpg"), full_page=True,
-                                type="jpeg", quality=85)
+                _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}")
                 if width == DESKTOP:  # the folded code too, opened as a reader would
                     page.evaluate("document.querySelectorAll('article details')"
                                   ".forEach(d => { d.open = true; })")

@@ -9,7 +9,8 @@ import sys
 import jax
 import pytest
 
-from remat_guide import compare_policies, plan_names
+from remat_guide import compare_policies, count_flops, plan_names
+from remat_guide._cache import compile_unrun
 from remat_guide.models import mlp_args, mlp_scan_loss, transformer_args, transformer_loss
 
 NAMES = ["dots_saveable", "nothing_saveable"]
@@ -64,12 +65,11 @@ def test_each_target_has_its_own_entries(tmp_path, monkeypatch):
 def test_the_planner_reads_the_cache_and_counts_its_plans_the_same(tmp_path, monkeypatch, compiles):
     """A second plan from an empty measured dict compiles nothing, yet reports the same search."""
     monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
-    args = transformer_args(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
-    names = ["attn_out", "mlp_hidden"]
-    first = plan_names(transformer_loss, *args, budget_bytes=2**30, names=names)
+    args = transformer_args(layers=1, batch=1, seq=8, d_model=16, heads=2, mlp_dim=32)
+    first = plan_names(transformer_loss, *args, budget_bytes=2**30, names=["mlp_hidden"])
     before = len(compiles)
-    again = plan_names(transformer_loss, *args, budget_bytes=2**30, names=names)
-    assert len(compiles) == before and first.compiled == 8
+    again = plan_names(transformer_loss, *args, budget_bytes=2**30, names=["mlp_hidden"])
+    assert len(compiles) == before and first.compiled == 6  # no checkpoint, 4 standard, keep it
     assert (again.name, again.temp_bytes, again.flops, again.compiled, again.search) == (
         first.name, first.temp_bytes, first.flops, first.compiled, first.search)
 
@@ -138,3 +138,17 @@ def test_residual_shardings_are_cached_per_mesh_and_read_back(tmp_path):
         assert any(f"'{axis}'" in spec for spec, _ in pieces), pieces
         assert not any(f"'{other}'" in spec for spec, _ in pieces for other in {"data", "batch"} - {axis})
     assert pathlib.Path(tmp_path).is_dir()
+
+
+@pytest.mark.parametrize("policy", [None, "nothing_saveable"])
+def test_compiling_to_measure_gives_a_default_compiles_program_and_figures(policy):
+    """LLVM's optimizations off: the same optimized HLO, buffers and FLOPs as jax's own compile."""
+    args = transformer_args(layers=2, batch=2, seq=16, d_model=32, heads=2, mlp_dim=64)
+    loss = transformer_loss(policy and getattr(jax.checkpoint_policies, policy))
+    lowered = jax.jit(jax.grad(loss)).lower(*args)
+    fast, default = compile_unrun(lowered), lowered.compile()
+    assert fast.as_text() == default.as_text()
+    assert count_flops(fast) == count_flops(default)
+    memory = [(m.temp_size_in_bytes, m.peak_memory_in_bytes, m.argument_size_in_bytes, m.output_size_in_bytes)
+              for m in (fast.memory_analysis(), default.memory_analysis())]
+    assert memory[0] == memory[1]
