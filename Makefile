@@ -113,7 +113,8 @@ linkcheck: html  ## Check every internal link and anchor of the built site (exte
 
 # The site that `make html` built (reusing executed pages, maybe over an earlier build) must be
 # byte-identical to a clean build: a copy of the working tree in a folder of another name,
-# every page executed afresh, offline. It shares the two cores with pytest in `make test`.
+# every page executed afresh, offline (compiled figures come from REMAT_GUIDE_CACHE_DIR). It
+# shares the two cores with pytest in `make test`.
 REPRO := $(BUILD)/repro/another-site
 test-repro: html  ## Build the site once more from a clean copy, offline, and compare it byte for byte with _build/html.
 	@$(MAKE) --no-print-directory repro-check
