@@ -282,7 +282,6 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
 _TARGET_FLOPS: dict[str, FlopCount] = {}
 _TARGET_FLOPS_KEPT = 256
 _FLOPS = ("flops", "reported_flops")
-_MEMORY = ("temp_bytes", "peak_bytes", "host_bytes")
 
 
 def _memory(compiled: Any) -> dict[str, int]:
@@ -316,8 +315,7 @@ def _target_flops(program: Program) -> dict[str, int]:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         compiled = cache.compile_unrun(lowered)
-        _TARGET_FLOPS[text] = count_flops(compiled)
-        flops = _TARGET_FLOPS[text]
+        flops = _TARGET_FLOPS[text] = count_flops(compiled)
         cache.put(cache_key, {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)})
     flops = _TARGET_FLOPS[text]
     return {"flops": flops.total, "reported_flops": flops.reported}

@@ -252,7 +252,10 @@ def compare_policies(
     program's true FLOPs (see :func:`count_flops`), with the residuals that the same
     gradient keeps at the jaxpr level (see :func:`saved_residuals`), the arguments in
     ``argnums`` differentiated and no other. Arguments may be ``jax.ShapeDtypeStruct``
-    values, so a model too large for this machine can still be measured.
+    values, so a model too large for this machine can still be measured. With the
+    environment variable ``REMAT_GUIDE_CACHE_DIR`` set to a folder, each program's figures
+    are kept there, and a program measured before, by any process, is read back instead of
+    compiled (as in :func:`recommend_policy` and :func:`plan_names`).
 
     Arguments may be sharded (arrays placed with a ``jax.sharding.NamedSharding``, or
     ``jax.ShapeDtypeStruct`` values with a ``sharding``). Then XLA compiles one SPMD

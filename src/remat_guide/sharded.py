@@ -96,7 +96,8 @@ def residual_shardings(f: Callable, *args: Any, argnums: int | Sequence[int] | N
     that returns them, ``jax.jit(lambda *a: jax.vjp(f, *a)[1])`` (with respect to the
     arguments in ``argnums``), is compiled (never run) for ``args``, and XLA's sharding of
     each output is read. Inside one ``jax.jit(jax.grad(f))`` program the same propagation
-    decides the residuals' sharding; this shows it as data.
+    decides the residuals' sharding; this shows it as data. With ``REMAT_GUIDE_CACHE_DIR``
+    set (see :func:`remat_guide.compare_policies`), the shardings are kept there.
 
     Args:
         f: The function to differentiate.
