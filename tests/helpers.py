@@ -1,10 +1,11 @@
-"""Plain helpers shared by the tests: the checkout, its pages, a scanned model, and built pages' text and tables."""
+"""Plain helpers shared by the tests: the checkout, its pages, a scanned model, compiles counted, built pages' text."""
 
+import contextlib
 import html
 import html.parser
 import pathlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -77,3 +78,20 @@ def scanned_loss_for(layer: Callable[[jax.Array, Any], jax.Array]) -> Callable[[
         return loss
 
     return loss_for
+
+
+@contextlib.contextmanager
+def counting_compiles() -> Iterator[list[int]]:
+    """Counts ``jax.stages.Lowered.compile`` calls made inside, from any thread: yields the list they append to."""
+    calls: list[int] = []
+    original = jax.stages.Lowered.compile
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    jax.stages.Lowered.compile = counted
+    try:
+        yield calls
+    finally:
+        jax.stages.Lowered.compile = original

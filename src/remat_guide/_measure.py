@@ -19,7 +19,7 @@ from remat_guide import _cache as cache
 from remat_guide import _validation as validation
 from remat_guide._labels import names_label
 from remat_guide._tracing import check_keywords
-from remat_guide.flops import FlopCount, count_flops
+from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
 from remat_guide.targets import Target, place, target
@@ -279,9 +279,8 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
 
 # The FLOPs of programs compiled for this machine only to count them (a target's rows), by
 # their lowered text: comparing one model on several targets compiles each program here once.
-_TARGET_FLOPS: dict[str, FlopCount] = {}
+_TARGET_FLOPS: dict[str, dict[str, int]] = {}
 _TARGET_FLOPS_KEPT = 256
-_FLOPS = ("flops", "reported_flops")
 
 
 def _memory(compiled: Any) -> dict[str, int]:
@@ -290,9 +289,8 @@ def _memory(compiled: Any) -> dict[str, int]:
             "host_bytes": memory.host_temp_size_in_bytes}
 
 
-def _local_figures(program: Program) -> dict[str, int]:
-    """FLOPs and memory of the program compiled for this machine (from the cache, when set)."""
-    lowered = program.traced.lower()
+def _local_figures(lowered: Any) -> dict[str, int]:
+    """FLOPs and memory of a program lowered for this machine, compiled or read from the cache."""
     cache_key = cache.key("figures", jax.default_backend(), lowered)
     figures = cache.get(cache_key)
     if figures is None:
@@ -303,35 +301,24 @@ def _local_figures(program: Program) -> dict[str, int]:
     return figures
 
 
-def _target_flops(program: Program) -> dict[str, int]:
-    """FLOPs of the program compiled for this machine, only to count them."""
+def _figures(program: Program, target_name: str | None) -> dict[str, int]:
+    """The program's FLOPs (always this machine's) and memory (the target's, when there is one)."""
     lowered = program.traced.lower()
-    cache_key = cache.key("figures", jax.default_backend(), lowered)
-    figures = cache.get(cache_key)
-    if figures is not None:
-        return {name: figures[name] for name in _FLOPS}
+    if program.on_target is None:
+        return _local_figures(lowered)
     text = lowered.as_text()
     if text not in _TARGET_FLOPS:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
-        compiled = cache.compile_unrun(lowered)
-        flops = _TARGET_FLOPS[text] = count_flops(compiled)
-        cache.put(cache_key, {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)})
-    flops = _TARGET_FLOPS[text]
-    return {"flops": flops.total, "reported_flops": flops.reported}
-
-
-def _figures(program: Program, target_name: str | None) -> dict[str, int]:
-    """The program's FLOPs (always this machine's) and memory (the target's, when there is one)."""
-    if program.on_target is None:
-        return _local_figures(program)
-    lowered = program.on_target.lower()
-    cache_key = cache.key("memory", target_name, lowered)
+        local = _local_figures(lowered)
+        _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
+    on_target = program.on_target.lower()
+    cache_key = cache.key("memory", target_name, on_target)
     memory = cache.get(cache_key)
     if memory is None:
-        memory = _memory(lowered.compile())
+        memory = _memory(on_target.compile())
         cache.put(cache_key, memory)
-    return {**_target_flops(program), **memory}
+    return {**_TARGET_FLOPS[text], **memory}
 
 
 def _measurement(figures: dict[str, int], residual_bytes: int) -> Measurement:

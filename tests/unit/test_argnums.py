@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import pytest
 from jax._src.ad_checkpoint import saved_residuals as jax_saved_residuals
 
+from helpers import counting_compiles
 from remat_guide import compare_policies, fwd_bwd, plan_names, policy_table, recommend_policy, saved_residuals
 from remat_guide.models import mlp_args, mlp_scan_loss
 
@@ -131,7 +132,7 @@ def test_a_keyword_named_like_one_of_ours_reaches_the_loss():
 
 def test_each_loss_is_built_once_and_compiled_once(monkeypatch):
     monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)  # a cached program is not compiled
-    built, traced, compiled = [], [], []
+    built, traced = [], []
 
     def loss_for(policy):
         built.append(policy)
@@ -142,17 +143,8 @@ def test_each_loss_is_built_once_and_compiled_once(monkeypatch):
 
         return loss if policy is None else jax.checkpoint(loss, policy=policy)
 
-    original = jax.stages.Lowered.compile
-
-    def counted(self, *args, **kwargs):
-        compiled.append(1)
-        return original(self, *args, **kwargs)
-
-    jax.stages.Lowered.compile = counted
-    try:
+    with counting_compiles() as compiled:
         rows = compare_policies(loss_for, W, X, policies=["dots_saveable", "nothing_saveable"])
-    finally:
-        jax.stages.Lowered.compile = original
     assert len(built) == len(compiled) == len(rows) == 3
     # At most two traces of each loss: the gradient that is compiled, and the residual listing
     # (jax.checkpoint caches its trace, so a checkpointed loss may be traced once).
@@ -184,18 +176,8 @@ def test_recommend_policy_reuses_rows_without_compiling():
     names = ["dots_saveable", "nothing_saveable"]
     rows = compare_policies(mlp_scan_loss, *args, policies=names)
     budget = min(row.temp_bytes for row in rows)
-    compiled = []
-    original = jax.stages.Lowered.compile
-
-    def counted(self, *a, **k):
-        compiled.append(1)
-        return original(self, *a, **k)
-
-    jax.stages.Lowered.compile = counted
-    try:
+    with counting_compiles() as compiled:
         best = recommend_policy(rows=(row for row in rows), budget_bytes=budget)
-    finally:
-        jax.stages.Lowered.compile = original
     assert compiled == []
     assert best == min((r for r in rows if r.temp_bytes <= budget), key=lambda r: (r.flops, r.temp_bytes))
     assert best == recommend_policy(mlp_scan_loss, *args, budget_bytes=budget, policies=names)
