@@ -42,6 +42,10 @@ export JAX_PLATFORMS ?= cpu
 # time compiles, so they set their own.
 export REMAT_GUIDE_CACHE_DIR := $(CURDIR)/$(BUILD)/.compiled
 
+# The tests run in as many processes as there are cores; a test file stays in one process, so
+# that a module's fixture (the browser tour, the planner's sweeps) is built once.
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
+
 .PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench clean distclean
 
 help:  ## List the targets.
@@ -55,7 +59,9 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "Creating $(VENV) with $$python ($$("$$python" --version))"; \
 	  "$$python" -m venv $(VENV) || exit 1; \
 	fi
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@# --no-compile: byte-compiling every installed module took about half of the install
+	@# (85 s of it); Python compiles a module when it is first imported instead.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -77,7 +83,7 @@ $(JAX_ENV_STAMP): $(foreach v,$(OLD_JAX),requirements-jax-$(v).txt) $(STAMP)
 	for v in $(OLD_JAX); do \
 	  ( $(BIN)/python -m venv --without-pip $(JAX_ENVS)/$$v && \
 	    $(BIN)/python -m pip --python $(JAX_ENVS)/$$v/bin/python install --quiet \
-	      --disable-pip-version-check --no-deps -r requirements-jax-$$v.txt ) & \
+	      --disable-pip-version-check --no-compile --no-deps -r requirements-jax-$$v.txt ) & \
 	done; \
 	for job in $$(jobs -p); do wait $$job || exit 1; done
 	touch $@
@@ -101,12 +107,12 @@ test: lint html chromium  ## Lint; build the site; run unit tests, doctests, sit
 	@# The clean build of test-repro runs while pytest does.
 	@mkdir -p $(BUILD)
 	@$(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
-	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest; tests=$$?; \
+	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	[ $$tests = 0 ] && [ $$same = 0 ]
 
 test-unit: lint $(JAX_ENV_STAMP)  ## Lint, then only the unit tests (tests/unit) and doctests, which need no built site.
-	$(BIN)/python -m pytest tests/unit src docs/_ext
+	$(PYTEST) tests/unit src docs/_ext
 
 linkcheck: html  ## Check every internal link and anchor of the built site (external links are not followed).
 	REMAT_GUIDE_SITE=$(BUILD)/html $(BIN)/python -m pytest -q tests/site/test_links.py

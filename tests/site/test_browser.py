@@ -19,6 +19,10 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 
+# The two widths of the tour, and the pages Sphinx generates (not written as pages).
+DESKTOP, PHONE = 1400, 390
+GENERATED = {"genindex.html", "search.html", "py-modindex.html"}
+
 
 def _chromium() -> str:
     for name in (os.environ.get("REMAT_GUIDE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
@@ -57,20 +61,24 @@ def _cancelled_favicon(request) -> bool:
     return request.url.endswith("/_static/favicon.svg") and request.failure == "net::ERR_ABORTED"
 
 
+def _record_problems(page, host: str, problems: list[str]) -> None:
+    """Appends to problems every console error, page error, failed request and off-site request of page."""
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: not _cancelled_favicon(r)
+            and problems.append(f"failed: {r.url} {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+    page.on("request", lambda r: urllib.parse.urlsplit(r.url).netloc not in ("", host)
+            and problems.append(f"off-site request: {r.url}"))
+
+
 @pytest.fixture
 def page(browser, base_url):
     context = browser.new_context(
         permissions=["clipboard-read", "clipboard-write"], viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.problems = []
-    host = urllib.parse.urlsplit(base_url).netloc
-    page.on("console", lambda m: m.type == "error" and page.problems.append(f"console: {m.text}"))
-    page.on("pageerror", lambda e: page.problems.append(f"page error: {e}"))
-    page.on("requestfailed", lambda r: not _cancelled_favicon(r)
-            and page.problems.append(f"failed: {r.url} {r.failure}"))
-    page.on("response", lambda r: r.status >= 400 and page.problems.append(f"HTTP {r.status}: {r.url}"))
-    page.on("request", lambda r: urllib.parse.urlsplit(r.url).netloc not in ("", host)
-            and page.problems.append(f"off-site request: {r.url}"))
+    _record_problems(page, urllib.parse.urlsplit(base_url).netloc, page.problems)
     yield page
     context.close()
 
@@ -80,10 +88,13 @@ def _pages(site_dir: pathlib.Path) -> list[str]:
                   if p.relative_to(site_dir).parts[0] not in ("_static", "_sources"))
 
 
-def test_every_page_loads_cleanly_from_the_site_alone(page, base_url, site_dir):
+def test_every_page_loads_cleanly_from_the_site_alone(tour, page, base_url, site_dir):
     pages = _pages(site_dir)
     assert {"index.html", "exercise.html", "search.html"} <= set(pages)
-    for name in pages:
+    # The tour opened every content page in four views; the generated pages are left.
+    assert {name for name, *_ in tour if name != "problems"} == set(_content_pages(site_dir))
+    assert all(found["title"] for key, found in tour.items() if key[0] != "problems")
+    for name in sorted(GENERATED & set(pages)):
         page.goto(base_url + name, wait_until="networkidle")
         assert page.title(), name
     assert page.goto(base_url + "_static/favicon.svg").ok
@@ -141,8 +152,6 @@ def test_dark_mode_switch(page, base_url):
 
 # --- what a reader sees: widths, themes, tables, plots, notebooks ----------------------
 
-DESKTOP, PHONE = 1400, 390
-GENERATED = {"genindex.html", "search.html", "py-modindex.html"}
 
 
 def _content_pages(site_dir: pathlib.Path) -> list[str]:
@@ -212,11 +221,12 @@ def _screenshot(page, stem: pathlib.Path) -> None:
 def tour(browser, base_url, site_dir):
     """Every content page in the four views (two widths, two themes), each visited once.
 
-    For each view it records the theme the page shows, the output blocks and tables that
-    need more width than they have, the page's own scroll width and client width and the
-    notebook links of the download menu, and saves a screenshot of the whole page as
-    ``_build/screenshots/<page>-<width>-<theme>.jpg`` (and ``-2.jpg``, ... for a page taller
-    than a JPEG can be).
+    For each view it records the page's title, the theme the page shows, the output blocks
+    and tables that need more width than they have, the page's own scroll width and client
+    width and the notebook links of the download menu, and saves a screenshot of the whole
+    page as ``_build/screenshots/<page>-<width>-<theme>.jpg`` (and ``-2.jpg``, ... for a
+    page taller than a JPEG can be). Under ``("problems", width, theme)`` it records each
+    view's console errors, page errors, failed and off-site requests.
     """
     shots = site_dir.parent / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
@@ -227,11 +237,14 @@ def tour(browser, base_url, site_dir):
             context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
             page = context.new_page()
             problems = []
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+            _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
             for name in _content_pages(site_dir):
-                page.goto(base_url + name, wait_until="load")
+                # The first view waits for the network to go quiet, so that a late request
+                # (off-site, or failing) is seen; the others need the page loaded.
+                first_view = (theme, width) == ("light", DESKTOP)
+                page.goto(base_url + name, wait_until="networkidle" if first_view else "load")
                 seen[name, width, theme] = {
+                    "title": page.title(),
                     "theme": page.evaluate("document.documentElement.dataset.theme"),
                     "overflowing": page.evaluate(_OVERFLOWING),
                     "widths": page.evaluate("[document.documentElement.scrollWidth, "
