@@ -153,7 +153,6 @@ def test_dark_mode_switch(page, base_url):
 # --- what a reader sees: widths, themes, tables, plots, notebooks ----------------------
 
 
-
 def _content_pages(site_dir: pathlib.Path) -> list[str]:
     return [name for name in _pages(site_dir) if name not in GENERATED]
 
