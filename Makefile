@@ -59,9 +59,7 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "Creating $(VENV) with $$python ($$("$$python" --version))"; \
 	  "$$python" -m venv $(VENV) || exit 1; \
 	fi
-	@# --no-compile: byte-compiling every installed module took about half of the install
-	@# (85 s of it); Python compiles a module when it is first imported instead.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -83,7 +81,7 @@ $(JAX_ENV_STAMP): $(foreach v,$(OLD_JAX),requirements-jax-$(v).txt) $(STAMP)
 	for v in $(OLD_JAX); do \
 	  ( $(BIN)/python -m venv --without-pip $(JAX_ENVS)/$$v && \
 	    $(BIN)/python -m pip --python $(JAX_ENVS)/$$v/bin/python install --quiet \
-	      --disable-pip-version-check --no-compile --no-deps -r requirements-jax-$$v.txt ) & \
+	      --disable-pip-version-check --no-deps -r requirements-jax-$$v.txt ) & \
 	done; \
 	for job in $$(jobs -p); do wait $$job || exit 1; done
 	touch $@
