@@ -9,11 +9,12 @@ import json
 import os
 import pathlib
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
-__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "get", "key", "put"]
+__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "figures"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
 
@@ -49,7 +50,7 @@ def _folder() -> pathlib.Path | None:
     return folder
 
 
-def key(kind: str, compiler: str, lowered: Any) -> str | None:
+def _key(kind: str, compiler: str, lowered: Any) -> str | None:
     """The cache key of a lowered program's figures of one ``kind`` for one ``compiler``; ``None`` when no cache is set.
 
     The key covers the program's text, the compiler (``"cpu"`` or a target's name), the XLA
@@ -61,7 +62,7 @@ def key(kind: str, compiler: str, lowered: Any) -> str | None:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def get(cache_key: str | None) -> Any:
+def _get(cache_key: str | None) -> Any:
     """The figures stored under ``cache_key``, or ``None`` (no cache, or nothing readable stored)."""
     folder = _folder()
     if cache_key is None or folder is None:
@@ -72,7 +73,7 @@ def get(cache_key: str | None) -> Any:
         return None
 
 
-def put(cache_key: str | None, figures: Any) -> None:
+def _put(cache_key: str | None, figures: Any) -> None:
     """Stores JSON-serialisable ``figures`` under ``cache_key``; several processes may write at once."""
     folder = _folder()
     if cache_key is None or folder is None:
@@ -82,3 +83,17 @@ def put(cache_key: str | None, figures: Any) -> None:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as file:
         json.dump(figures, file)
     os.replace(file.name, path)
+
+
+def figures(kind: str, compiler: str, lowered: Any, compute: Callable[[], Any]) -> Any:
+    """A lowered program's figures of one ``kind`` for one ``compiler``, read from the cache or computed.
+
+    ``compute()`` makes them when the cache has none (or none is set); they are kept when a
+    cache is set. They must be JSON-serialisable, and read back, tuples come as lists.
+    """
+    cache_key = _key(kind, compiler, lowered)
+    found = _get(cache_key)
+    if found is None:
+        found = compute()
+        _put(cache_key, found)
+    return found

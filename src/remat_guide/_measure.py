@@ -291,14 +291,13 @@ def _memory(compiled: Any) -> dict[str, int]:
 
 def _local_figures(lowered: Any) -> dict[str, int]:
     """FLOPs and memory of a program lowered for this machine, compiled or read from the cache."""
-    cache_key = cache.key("figures", jax.default_backend(), lowered)
-    figures = cache.get(cache_key)
-    if figures is None:
+
+    def compute() -> dict[str, int]:
         compiled = cache.compile_unrun(lowered)
         flops = count_flops(compiled)
-        figures = {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)}
-        cache.put(cache_key, figures)
-    return figures
+        return {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)}
+
+    return cache.figures("figures", jax.default_backend(), lowered, compute)
 
 
 def _figures(program: Program, target_name: str | None) -> dict[str, int]:
@@ -313,11 +312,7 @@ def _figures(program: Program, target_name: str | None) -> dict[str, int]:
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
     on_target = program.on_target.lower()
-    cache_key = cache.key("memory", target_name, on_target)
-    memory = cache.get(cache_key)
-    if memory is None:
-        memory = _memory(on_target.compile())
-        cache.put(cache_key, memory)
+    memory = cache.figures("memory", target_name, on_target, lambda: _memory(on_target.compile()))
     return {**_TARGET_FLOPS[text], **memory}
 
 

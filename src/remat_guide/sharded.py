@@ -130,13 +130,13 @@ def residual_shardings(f: Callable, *args: Any, argnums: int | Sequence[int] | N
     residual_vars = jaxpr.outvars[len(jaxpr.outvars) - len(leaves):]
     vjp_of_chosen, arg_leaves = flat_vjp(f, args, {}, differentiated)
     lowered = jax.jit(lambda *a: vjp_of_chosen(*a)[1]).lower(*arg_leaves)
-    cache_key = cache.key("residual shardings", jax.default_backend(), lowered)
-    pieces = cache.get(cache_key)
-    if pieces is None:
+
+    def compute() -> list:
         out_shardings = jax.tree.leaves(cache.compile_unrun(lowered).output_shardings)
-        pieces = [(_spec_text(sharding, len(leaf.shape)), list(sharding.shard_shape(tuple(leaf.shape))))
-                  for leaf, sharding in zip(leaves, out_shardings)]
-        cache.put(cache_key, pieces)
+        return [(_spec_text(sharding, len(leaf.shape)), list(sharding.shard_shape(tuple(leaf.shape))))
+                for leaf, sharding in zip(leaves, out_shardings)]
+
+    pieces = cache.figures("residual shardings", jax.default_backend(), lowered, compute)
     by_var = {}
     for index, (var, piece) in enumerate(zip(residual_vars, pieces)):
         by_var.setdefault(_key(var, index), piece)
