@@ -2,7 +2,7 @@
 
 import re
 
-from helpers import page_text, table_with
+from helpers import html_tables, page_text, table_with
 
 
 def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built_page):
@@ -19,7 +19,7 @@ def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built
         assert f"{label} peak (MiB)" in headers, headers
     assert [row["policy"] for row in overview] == [
         "no checkpoint", "nothing_saveable", "dots_saveable", "offload mlp_hidden"]
-    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 1
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 2
     # No start-up chatter of libtpu or the CUDA plugin reaches the page.
     assert "stderr" not in html and "TPU_ACCELERATOR_TYPE" not in text and "cuInit" not in text
 
@@ -35,6 +35,21 @@ def test_offloading_shows_host_bytes_on_accelerators(built_page):
     assert [row["target"] for row in rows] == ["tpu-v5e"] * 3 + ["h100"] * 3
     assert all((row["host temp (MiB)"] != "0.00") == (row["policy"] == "offload_dot_with_no_batch_dims")
                for row in rows)
+
+
+def test_the_planner_gives_each_name_an_answer_on_both_targets(built_page):
+    html = built_page("accelerators.html")
+    headers = ["budget (MiB)", "plan", "peak (MiB)", "host (MiB)", "FLOPs", "compiled"]
+    tables = [rows for rows in html_tables(html) if rows and rows[0][:len(headers)] == headers]
+    assert len(tables) == 2  # the TPU v5e's and the H100's
+    for header, *body in tables:
+        sweep = [dict(zip(header, row)) for row in body]
+        budgets = [float(row["budget (MiB)"]) for row in sweep]
+        assert len(budgets) == 4 and budgets == sorted(budgets)
+        assert all(float(row["peak (MiB)"]) <= float(row["budget (MiB)"]) for row in sweep)
+        offloading = [row for row in sweep if "O" in row["plan"].split()]
+        assert offloading and all(row["host (MiB)"] != "0.00" for row in offloading)
+        assert int(sweep[0]["compiled"]) <= 30 and int(sweep[-1]["compiled"]) == 0
 
 
 def test_index_says_whether_the_quick_answer_holds_on_accelerators(built_page):
