@@ -53,12 +53,17 @@ def html_tables(page_html: str) -> list[list[list[str]]]:
     return parser.tables
 
 
+def tables_with(page_html: str, *headers: str) -> list[list[dict[str, str]]]:
+    """The rows of each table whose header row starts with ``headers``, as dicts."""
+    found = [rows for rows in html_tables(page_html) if rows and rows[0][:len(headers)] == list(headers)]
+    return [[dict(zip(header, row)) for row in body] for header, *body in found]
+
+
 def table_with(page_html: str, *headers: str) -> list[dict[str, str]]:
     """The rows of the one table whose header row starts with ``headers``, as dicts."""
-    found = [rows for rows in html_tables(page_html) if rows and rows[0][:len(headers)] == list(headers)]
+    found = tables_with(page_html, *headers)
     assert len(found) == 1, f"{len(found)} tables with the headers {headers}"
-    header, *body = found[0]
-    return [dict(zip(header, row)) for row in body]
+    return found[0]
 
 
 def scanned_loss_for(layer: Callable[[jax.Array, Any], jax.Array]) -> Callable[[Any], Callable]:

@@ -2,7 +2,7 @@
 
 import re
 
-from helpers import html_tables, page_text, table_with
+from helpers import page_text, table_with, tables_with
 
 
 def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built_page):
@@ -39,11 +39,9 @@ def test_offloading_shows_host_bytes_on_accelerators(built_page):
 
 def test_the_planner_gives_each_name_an_answer_on_both_targets(built_page):
     html = built_page("accelerators.html")
-    headers = ["budget (MiB)", "plan", "peak (MiB)", "host (MiB)", "FLOPs", "compiled"]
-    tables = [rows for rows in html_tables(html) if rows and rows[0][:len(headers)] == headers]
+    tables = tables_with(html, "budget (MiB)", "plan", "peak (MiB)", "host (MiB)", "FLOPs", "compiled")
     assert len(tables) == 2  # the TPU v5e's and the H100's
-    for header, *body in tables:
-        sweep = [dict(zip(header, row)) for row in body]
+    for sweep in tables:
         budgets = [float(row["budget (MiB)"]) for row in sweep]
         assert len(budgets) == 4 and budgets == sorted(budgets)
         assert all(float(row["peak (MiB)"]) <= float(row["budget (MiB)"]) for row in sweep)
