@@ -2,9 +2,9 @@
 
 The CPU part plans the reference transformer's five names (keep or recompute: this
 machine has no host memory to offload to) and checks every budget against all 32 sets.
-The target part plans three names of a scanned MLP for a TPU v5e, three answers each, and
-checks every budget of a dense sweep, with and without a host budget, against all 27 plans
-compiled.
+The target part plans three names of a scanned MLP for a TPU v5e and for an H100, three
+answers each, and checks every budget of a dense sweep, with and without a host budget,
+against all 27 plans compiled for the same target.
 """
 
 import itertools
@@ -157,8 +157,9 @@ def test_loss_for_must_be_callable():
         plan_names("transformer", *ARGS, budget_bytes=10)
 
 
-# The target part: three names, three answers each, on a TPU v5e compiled ahead of time.
-TPU = "tpu-v5e"
+# The target part: three names, three answers each, on a TPU v5e and an H100 compiled ahead
+# of time (XLA's TPU compiler and its GPU compiler: two different memory planners).
+TARGETS = ("tpu-v5e", "h100")
 NAMES = ("up", "act", "down")
 # d = 128: XLA's TPU layouts tile the last dimension by 128 lanes, so host bytes are nbytes.
 MLP = mlp_args(layers=3, n=32, d=128)
@@ -183,13 +184,15 @@ def every_plan():
             yield dict(zip(NAMES, answers)), plan_label(keep, offload), plan_policy(keep, offload)
 
 
-@pytest.fixture(scope="module")
-def three_answers():
-    """Dense sweeps planned on a TPU v5e, then every plan compiled to check them."""
+@pytest.fixture(scope="module", params=TARGETS)
+def three_answers(request):
+    """Dense sweeps planned on a target, then every plan compiled for it to check them."""
+    target = request.param
     measured = {}
-    first = plan_names(three_names_loss_for, *MLP, budget_bytes=2**40, measured=measured, target=TPU)
+    first = plan_names(three_names_loss_for, *MLP, budget_bytes=2**40, measured=measured, target=target)
     missing = {label: policy for _, label, policy in every_plan() if label not in measured}
-    rows = {row.name: row for row in compare_policies(three_names_loss_for, *MLP, policies=missing, target=TPU)}
+    rows = {row.name: row for row in compare_policies(three_names_loss_for, *MLP, policies=missing,
+                                                      target=target)}
     table = {**{k: v for k, v in measured.items() if isinstance(k, str)}, **rows}
     assert len(table) == 27 + len(STANDARD_POLICIES)  # 26 plans, nothing_saveable, 4 more rows
     budgets = sorted({row.device_bytes for row in table.values()})
@@ -204,7 +207,7 @@ def three_answers():
                             if host_budget is None or row.host_bytes <= host_budget):
                 continue
             plans[budget] = plan_names(three_names_loss_for, *MLP, budget_bytes=budget,
-                                       host_budget_bytes=host_budget, measured=shared, target=TPU)
+                                       host_budget_bytes=host_budget, measured=shared, target=target)
         sweeps[host_budget] = (plans, sum(1 for k in shared if isinstance(k, str)))
     return first, table, sweeps
 
