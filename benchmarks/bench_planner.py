@@ -5,7 +5,8 @@ planned for this machine (keep or recompute), a TPU v5e and an H100 (keep, offlo
 recompute), one ``measured`` dict per target shared by the sweep; then each budget planned
 on its own, from an empty dict. Each call's wall time, compiles and answer.
 
-Part 2, a small five-name transformer: all 3**5 = 243 plans, the baseline and the standard
+Part 2, a small five-name transformer (with ``--exhaustive-models small reference``, the
+reference transformer too): all 3**5 = 243 plans, the baseline and the standard
 policies compiled once for each exhaustive target; then plan_names' answer for every budget
 of several sweeps (five budgets where the plans of names lie; six from below
 nothing_saveable to no checkpoint; every distinct device figure and the midpoints, without
@@ -105,9 +106,12 @@ def _plans():
             yield plan_label(keep, offload), plan_policy(keep, offload)
 
 
-def exhaustive(target: str) -> dict:
-    """Part 2: every plan of the small model compiled, then dense sweeps checked against them."""
-    args = models.transformer_args(**SMALL)
+MODELS = {"small": SMALL, "reference": REFERENCE}
+
+
+def exhaustive(target: str, model: str = "small") -> dict:
+    """Part 2: every plan of a model compiled, then dense sweeps checked against them."""
+    args = models.transformer_args(**MODELS[model])
     policies = {**{s: getattr(jax.checkpoint_policies, s) for s in STANDARD_POLICIES}, **dict(_plans())}
     start = time.perf_counter()
     rows = {row.name: row for row in compare_policies(models.transformer_loss, *args, policies=policies,
@@ -160,7 +164,8 @@ def exhaustive(target: str) -> dict:
                       f"max {max(per_budget)} per budget, {len(wrong)} not as good as all plans", flush=True)
     finally:
         remat_guide.planner.measure = real
-    return {"target": target, "plans": len(rows), "compile_seconds": compile_s, "sweeps": sweeps}
+    return {"target": target, "model": model, "plans": len(rows), "compile_seconds": compile_s,
+            "sweeps": sweeps}
 
 
 def _mib(value) -> str:
@@ -194,9 +199,10 @@ def _lines(report: dict, before: dict | None) -> list[str]:
                 cells += [str(prior["alone"][i]["compiled"]), f"{prior['alone'][i]['seconds']:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["## Small model: the planner against all 243 plans", ""]
+    lines += ["## The planner against all 243 plans", ""]
     for result in report["exhaustive"]:
-        lines += [f"### {result['target']}: {result['plans']} rows compiled in {result['compile_seconds']:.0f} s", "",
+        lines += [f"### {result['model']} model, {result['target']}: {result['plans']} rows compiled in "
+                  f"{result['compile_seconds']:.0f} s", "",
                   "| sweep | host budget | offload | compiled by the sweep | most for one budget "
                   "| not as good as all plans |",
                   "|---|---|---|---:|---:|---:|"]
@@ -214,6 +220,8 @@ def main() -> None:
                         help="targets of the reference sweeps (cpu: this machine, keep or recompute)")
     parser.add_argument("--exhaustive", nargs="*", default=["tpu-v5e", "h100"],
                         help="targets to compile all 243 plans of the small model for")
+    parser.add_argument("--exhaustive-models", nargs="*", default=["small"], choices=sorted(MODELS),
+                        help="models to compile all 243 plans of, for each exhaustive target")
     parser.add_argument("--before", type=pathlib.Path, default=None,
                         help="an earlier planner.json, shown beside this run")
     options = parser.parse_args()
@@ -221,7 +229,8 @@ def main() -> None:
     before = json.loads(options.before.read_text()) if options.before else None
     report = {"jax": jax.__version__, "platform": jax.devices()[0].platform, "cpu_count": os.cpu_count(),
               "reference": reference_sweeps([None if t == "cpu" else t for t in options.targets]),
-              "exhaustive": [exhaustive(target) for target in options.exhaustive]}
+              "exhaustive": [exhaustive(target, model) for model in options.exhaustive_models
+                             for target in options.exhaustive]}
     report["limits_met"] = all(
         p["compiled"] <= PER_BUDGET_LIMIT for r in report["reference"] for p in r["alone"]) and all(
         r["sweep_compiled"] <= PER_SWEEP_LIMIT for r in report["reference"])

@@ -19,15 +19,22 @@ __all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "figures"]
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
 
 
-def compile_unrun(lowered: Any) -> Any:
-    """``lowered.compile()`` for this machine's backend, for a program that is measured, never run.
+def compile_unrun(lowered: Any, platform: str | None = None) -> Any:
+    """``lowered.compile()`` for a program that is measured, never run.
 
-    On the CPU, LLVM's optimizations are turned off: they shape only the machine code,
-    after XLA's HLO passes and buffer assignment, so the optimized HLO, its FLOPs and
-    the memory figures are those of a default compile, in about a third of the time.
+    ``platform`` is that of the devices it was lowered for (``"tpu"``, ``"cuda"``);
+    ``None`` for this machine's backend. On the CPU, LLVM's optimizations are turned off:
+    they shape only the machine code, after XLA's HLO passes and buffer assignment, so the
+    optimized HLO, its FLOPs and the memory figures are those of a default compile, in
+    about a third of the time. On a GPU target, autotuning is turned off: ahead of time
+    there is no device to time the candidate kernels on, so XLA keeps its default
+    configurations either way, and the compile takes about a quarter less time.
     """
-    if jax.default_backend() == "cpu":
+    platform = platform or jax.default_backend()
+    if platform == "cpu":
         return lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
+    if platform == "cuda":
+        return lowered.compile(compiler_options={"xla_gpu_autotune_level": 0})
     return lowered.compile()
 
 

@@ -300,10 +300,10 @@ def _local_figures(lowered: Any) -> dict[str, int]:
     return cache.figures("figures", jax.default_backend(), lowered, compute)
 
 
-def _figures(program: Program, target_name: str | None) -> dict[str, int]:
+def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
     """The program's FLOPs (always this machine's) and memory (the target's, when there is one)."""
     lowered = program.traced.lower()
-    if program.on_target is None:
+    if chosen is None:
         return _local_figures(lowered)
     text = lowered.as_text()
     if text not in _TARGET_FLOPS:
@@ -312,7 +312,8 @@ def _figures(program: Program, target_name: str | None) -> dict[str, int]:
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
     on_target = program.on_target.lower()
-    memory = cache.figures("memory", target_name, on_target, lambda: _memory(on_target.compile()))
+    memory = cache.figures("memory", chosen.name, on_target,
+                           lambda: _memory(cache.compile_unrun(on_target, chosen.platform)))
     return {**_TARGET_FLOPS[text], **memory}
 
 
@@ -338,13 +339,12 @@ def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
     versions of JAX and jaxlib and this package's source; a program measured before, by any
     process, is not compiled again.
     """
-    target_name = None if inputs.target is None else inputs.target.name
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="remat_guide-compile")
     try:
         waiting: collections.deque = collections.deque()
         measured = []
         for program in programs:
-            waiting.append((pool.submit(_figures, program, target_name), _residual_bytes(program.loss, inputs)))
+            waiting.append((pool.submit(_figures, program, inputs.target), _residual_bytes(program.loss, inputs)))
             while waiting and waiting[0][0].done():
                 compiling, residual_bytes = waiting.popleft()
                 measured.append(_measurement(compiling.result(), residual_bytes))

@@ -231,7 +231,11 @@ def plan_names(
        beat the best, and more are compiled; in the worst case every plan is.
 
     The answer is always a compiled row; the predictions only order the search and decide
-    what is left uncompiled, within the errors they have shown. Plans that tie on every
+    what is left uncompiled, within the errors they have shown. They can miss: XLA's
+    planned peak is not the sum of the names' effects (on a GPU, keeping more values can
+    lower it), so a plan left uncompiled may fit with fewer FLOPs; the accelerators page
+    of the guide shows one. Near a tight budget, compile the plans around it with
+    :func:`compare_policies` to be sure. Plans that tie on every
     figure (symmetric names often do) are equally good answers, and the first compiled
     stands. ``search`` on the row says
     how it ended. The measurements do not depend on the budget: to plan several budgets
