@@ -27,8 +27,9 @@ def compile_unrun(lowered: Any, platform: str | None = None) -> Any:
     they shape only the machine code, after XLA's HLO passes and buffer assignment, so the
     optimized HLO, its FLOPs and the memory figures are those of a default compile, in
     about a third of the time. On a GPU target, autotuning is turned off: ahead of time
-    there is no device to time the candidate kernels on, so XLA keeps its default
-    configurations either way, and the compile takes about a quarter less time.
+    there is no device to time candidate kernels on, the device and host bytes are those
+    of a default compile (the tests check it), and the compile takes about a quarter
+    less time.
     """
     platform = platform or jax.default_backend()
     if platform == "cpu":
