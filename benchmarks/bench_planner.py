@@ -219,7 +219,7 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", default=["cpu", "tpu-v5e", "h100"],
                         help="targets of the reference sweeps (cpu: this machine, keep or recompute)")
     parser.add_argument("--exhaustive", nargs="*", default=["tpu-v5e", "h100"],
-                        help="targets to compile all 243 plans of the small model for")
+                        help="targets to compile all 243 plans of each exhaustive model for")
     parser.add_argument("--exhaustive-models", nargs="*", default=["small"], choices=sorted(MODELS),
                         help="models to compile all 243 plans of, for each exhaustive target")
     parser.add_argument("--before", type=pathlib.Path, default=None,
