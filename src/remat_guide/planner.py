@@ -221,11 +221,13 @@ def plan_names(
        name, where the names' effects interact the most.
     2. Predict every other plan's FLOPs, device and host bytes by adding up the single
        names' effects, each against recomputing everything.
-    3. Compile the plan predicted best (fitting, fewest FLOPs, then fewest host bytes and
-       least device memory) among those that could still beat the best plan compiled so
-       far, and repeat. A plan could beat it unless, even with each prediction lowered by
-       the largest error that prediction has made on a plan compiled so far, it does not
-       fit or it takes more FLOPs (or, at equal FLOPs, more host and device bytes).
+    3. Of the plans that could still beat the best plan compiled so far, compile the one
+       the objective would choose if the predictions held (predicted to fit; FLOPs within
+       the tolerance of the fewest, then the fewest host bytes, then the least device
+       memory), or, when none is predicted to fit, the one with the fewest FLOPs; repeat.
+       A plan could beat it unless, even with each prediction lowered by the largest
+       error that prediction has made on a plan compiled so far, it does not fit or it
+       takes more FLOPs (or, at equal FLOPs, more host and device bytes).
     4. Stop when no plan could beat the best compiled one. When a compiled plan shows a
        prediction wrong by more than allowed for, the allowance grows, more plans could
        beat the best, and more are compiled; in the worst case every plan is.
@@ -432,6 +434,24 @@ class _Search:
                 worst[k] = max(worst[k], abs(getattr(row, f) - guess))
         return tuple(worst)
 
+    @staticmethod
+    def order(waiting: list[tuple], fewest: float | None, tolerance: float) -> Callable[[tuple], tuple]:
+        """The search order: the objective on the predictions, then the plans predicted not to fit.
+
+        First the plans predicted to fit, as ``pick`` would rank them if the predictions
+        held (FLOPs within ``tolerance`` of the fewest, predicted or compiled, count as
+        equal; then host bytes, device bytes); then the others, fewest FLOPs first.
+        """
+        fewest_fitting = min([flops for fits, flops, *_ in waiting if fits] + ([] if fewest is None else [fewest]),
+                             default=0.0)
+
+        def key(candidate: tuple) -> tuple:
+            fits, flops, host, device, _ = candidate
+            level = fewest_fitting if fits and flops <= fewest_fitting * (1 + tolerance) else flops
+            return (not fits, level, host, device, flops)
+
+        return key
+
     def run(self, budget: int, host_budget: int | None, tolerance: float) -> NamePlan:
         fixed = self.fixed()
         # Every name kept, and every name offloaded: where the single effects interact the
@@ -458,10 +478,10 @@ class _Search:
                             and (low[2], low[1]) < (best.host_bytes, best.device_bytes))):
                     continue
                 fits = device <= budget and (host_budget is None or host <= host_budget)
-                waiting.append(((not fits, flops, host, device), plan))
+                waiting.append((fits, flops, host, device, plan))
             if not waiting:
                 break
-            plan = min(waiting)[1]
+            plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
             if any(abs(getattr(row, f) - g) > m for f, g, m in zip(_FIGURES, guess, margin)):

@@ -8,12 +8,14 @@ against all 27 plans compiled for the same target.
 """
 
 import itertools
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
+import remat_guide.planner
 from helpers import scanned_loss_for
 from remat_guide import compare_policies, plan_names
 from remat_guide.compare import STANDARD_POLICIES
@@ -255,3 +257,43 @@ def test_the_sweeps_compile_fewer_plans_than_all(three_answers):
     for host_budget, (plans, compiled) in sweeps.items():
         assert compiled == sum(row.compiled for row in plans.values())
         assert compiled < len(table), (host_budget, compiled)
+
+
+def additive_figures(label):
+    """Figures that the single names' effects predict exactly: (FLOPs, device bytes, host bytes).
+
+    Recomputing everything: 2000 FLOPs, 100 bytes. Keeping a name saves 300 FLOPs and adds
+    30 device bytes; offloading it saves 301 FLOPs (within the tolerance of keeping) and
+    adds 1 device byte and 30 host bytes.
+    """
+    fixed = {"no checkpoint": (1000, 400, 0), "everything_saveable": (1004, 400, 0),
+             "dots_saveable": (1010, 380, 0), "dots_with_no_batch_dims_saveable": (1020, 370, 0),
+             "nothing_saveable": (2000, 100, 0)}
+    if label in fixed:
+        return fixed[label]
+    choices = next(choices for choices, name, _ in every_plan() if name == label)
+    kept = sum(answer == KEEP for answer in choices.values())
+    offloaded = sum(answer == OFFLOAD for answer in choices.values())
+    return 2000 - 300 * kept - 301 * offloaded, 100 + 30 * kept + offloaded, 30 * offloaded
+
+
+def test_when_the_predictions_hold_the_search_compiles_only_the_answer(monkeypatch):
+    compiled = []
+
+    def answered(programs, inputs):
+        compiled.extend(program.label for program in programs)
+        return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
+                                peak_bytes=device, host_bytes=host)
+                for flops, device, host in map(additive_figures, (p.label for p in programs))]
+
+    monkeypatch.setattr(remat_guide.planner, "measure", answered)
+    row = plan_names(three_names_loss_for, *MLP, budget_bytes=165, measured={}, target="tpu-v5e")
+    # Every name saved is within the FLOPs tolerance whether kept or offloaded; of those
+    # plans, keeping all three does not fit (190 bytes), and keeping two while offloading
+    # one fits with the fewest host bytes. The search's first plan is that one, and the
+    # plans with slightly fewer FLOPs but more host bytes are never compiled.
+    assert sorted(row.choices.values()) == [KEEP, KEEP, OFFLOAD]
+    assert (row.device_bytes, row.host_bytes) == (161, 30)
+    fixed = 1 + len(STANDARD_POLICIES) + 2 * len(NAMES) + 2  # baseline, standard, single, every
+    assert row.compiled == len(compiled) == fixed + 1, compiled[fixed:]
+    assert "widened" not in row.search
