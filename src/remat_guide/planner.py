@@ -194,6 +194,7 @@ def plan_names(
     measured: dict | None = None,
     target: str | None = None,
     flops_tolerance: float = 5e-3,
+    exact: bool = False,
 ) -> NamePlan:
     """For each named value, keep it on the device, offload it to host memory or recompute it.
 
@@ -236,8 +237,12 @@ def plan_names(
     what is left uncompiled, within the errors they have shown. They can miss: XLA's
     planned peak is not the sum of the names' effects (on a GPU, keeping more values can
     lower it), so a plan left uncompiled may fit with fewer FLOPs; the accelerators page
-    of the guide shows one. Near a tight budget, compile the plans around it with
-    :func:`compare_policies` to be sure. Plans that tie on every
+    of the guide shows one. ``exact=True`` leaves nothing to the memory predictions: a
+    plan is left uncompiled only when its predicted FLOPs, lowered by the largest FLOPs
+    error seen, could not beat the best plan compiled (at equal FLOPs, every plan is
+    compiled). It costs more compiles, most near a tight budget, where few plans fit and
+    most take fewer FLOPs than the answer; when nothing fits, it compiles every plan
+    before saying so. Plans that tie on every
     figure (symmetric names often do) are equally good answers, and the first compiled
     stands. ``search`` on the row says
     how it ended. The measurements do not depend on the budget: to plan several budgets
@@ -273,6 +278,8 @@ def plan_names(
             time (``None``: this machine).
         flops_tolerance: The relative difference in FLOPs up to which two rows count as
             equal, from 0 (below 1); 0 compares FLOPs exactly.
+        exact: Whether only FLOPs may leave a plan uncompiled (see above); ``False``: the
+            predicted device and host bytes may too, in far fewer compiles.
 
     Returns:
         The chosen row, a :class:`NamePlan`: its ``name`` and ``policy`` (the label and
@@ -281,9 +288,9 @@ def plan_names(
 
     Raises:
         TypeError: If ``loss_for`` is not callable, a budget is not an int, ``names`` is
-            not an iterable of str, ``offload`` is not a bool, ``measured`` is not a dict,
-            ``flops_tolerance`` is not a number, or an argument, ``argnums``, ``has_aux``
-            or ``kwargs`` is wrong as for :func:`compare_policies`.
+            not an iterable of str, ``offload`` or ``exact`` is not a bool, ``measured`` is
+            not a dict, ``flops_tolerance`` is not a number, or an argument, ``argnums``,
+            ``has_aux`` or ``kwargs`` is wrong as for :func:`compare_policies`.
         ValueError: If ``budget_bytes`` is not positive, ``host_budget_bytes`` is
             negative, ``offload=True`` without a ``target``, ``names`` is empty, repeats
             a name or holds one the model does not tag, the model tags nothing,
@@ -305,6 +312,10 @@ def plan_names(
         ...                    names=["attn_out", "mlp_hidden"], measured=measured)
         >>> tight.choices, tight.temp_bytes <= budget, tight.compiled
         ({'attn_out': 'keep', 'mlp_hidden': 'recompute'}, True, 0)
+        >>> sure = plan_names(transformer_loss, *args, budget_bytes=budget,
+        ...                   names=["attn_out", "mlp_hidden"], measured=measured, exact=True)
+        >>> sure.name == tight.name, sure.search.split(";")[0]
+        (True, '4 of 4 plans compiled (exact)')
         >>> plan_names(transformer_loss, *args, budget_bytes=1, names=["attn_out"],
         ...            measured=measured)
         Traceback (most recent call last):
@@ -319,6 +330,7 @@ def plan_names(
         host_budget_bytes = validation.integer(host_budget_bytes, "host_budget_bytes", minimum=0)
     if offload is not None:
         offload = validation.boolean(offload, "offload")
+    exact = validation.boolean(exact, "exact")
     flops_tolerance = _tolerance(flops_tolerance)
     if measured is None:
         measured = {}
@@ -350,7 +362,7 @@ def plan_names(
     names = _names(names, tags)
     return _Search(loss_for, inputs, names, tags, measured, base, base_label,
                    (KEEP, OFFLOAD, RECOMPUTE) if offload else (KEEP, RECOMPUTE)).run(
-        budget_bytes, host_budget_bytes, flops_tolerance)
+        budget_bytes, host_budget_bytes, flops_tolerance, exact)
 
 
 Plan = tuple[str, ...]
@@ -452,7 +464,7 @@ class _Search:
 
         return key
 
-    def run(self, budget: int, host_budget: int | None, tolerance: float) -> NamePlan:
+    def run(self, budget: int, host_budget: int | None, tolerance: float, exact: bool) -> NamePlan:
         fixed = self.fixed()
         # Every name kept, and every name offloaded: where the single effects interact the
         # most, so that the predictions' errors are seen before the first decision.
@@ -470,6 +482,8 @@ class _Search:
                     continue
                 flops, device, host = self.predict(plan)
                 low = (flops - margin[0], device - margin[1], host - margin[2])
+                if exact:
+                    low = (low[0], -math.inf, -math.inf)
                 if low[1] > budget or (host_budget is not None and low[2] > host_budget):
                     continue
                 if best is not None and not (
@@ -484,21 +498,31 @@ class _Search:
             plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            if any(abs(getattr(row, f) - g) > m for f, g, m in zip(_FIGURES, guess, margin)):
+            judged = zip(_FIGURES[:1] if exact else _FIGURES, guess, margin)
+            if any(abs(getattr(row, f) - g) > m for f, g, m in judged):
                 widened += 1
+        measured_plans = sum(self.known(plan) is not None for plan in self.plans)
         if best is None:
             smallest = min(rows, key=lambda row: row.device_bytes)
+            unseen = len(self.plans) - measured_plans
             raise ValueError(
                 f"nothing fits budget_bytes={budget}"
                 + ("" if host_budget is None else f" with host_budget_bytes={host_budget}")
                 + f": the smallest {memory_figure(smallest)} reached is {smallest.device_bytes} bytes, with "
-                f"{smallest.name} ({self.compiled} policies compiled)")
+                f"{smallest.name} ({self.compiled} policies compiled)"
+                + ("" if not unseen else f"; {unseen} of the {len(self.plans)} plans were not compiled, "
+                   "their predictions over the budget: exact=True compiles them"))
         plans = {self.label(plan): plan for plan in self.plans}
         chosen = plans.get(best.name)
-        measured_plans = sum(self.known(plan) is not None for plan in self.plans)
-        search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others could not fit and beat "
-                  f"it even with each prediction lowered by its largest error on a compiled plan "
-                  f"(FLOPs {_amount(margin[0])}, device {_amount(margin[1])} bytes, host {_amount(margin[2])} bytes)")
+        if exact:
+            search = (f"{measured_plans} of {len(self.plans)} plans compiled (exact); the others could not "
+                      f"beat it in FLOPs even with the prediction lowered by its largest error on a compiled "
+                      f"plan ({_amount(margin[0])})")
+        else:
+            search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others could not fit and "
+                      f"beat it even with each prediction lowered by its largest error on a compiled plan "
+                      f"(FLOPs {_amount(margin[0])}, device {_amount(margin[1])} bytes, "
+                      f"host {_amount(margin[2])} bytes)")
         if widened:
             search += (f"; {widened} compiled plans lay further from their predictions than allowed for, "
                        "which widened the allowance and the search")

@@ -7,6 +7,7 @@ answers each, and checks every budget of a dense sweep, with and without a host 
 against all 27 plans compiled for the same target.
 """
 
+import contextlib
 import itertools
 from types import SimpleNamespace
 
@@ -134,6 +135,7 @@ def test_nothing_fits_names_the_smallest_memory(sweep):
     (dict(budget_bytes=10, host_budget_bytes="1"), TypeError, "host_budget_bytes must be an int"),
     (dict(budget_bytes=10, offload=True), ValueError, "offload=True needs a target"),
     (dict(budget_bytes=10, offload=1), TypeError, "offload must be True or False"),
+    (dict(budget_bytes=10, exact="yes"), TypeError, "exact must be True or False"),
     (dict(budget_bytes=10, flops_tolerance=1.0), ValueError, "flops_tolerance must be at least 0"),
     (dict(budget_bytes=10, flops_tolerance="0"), TypeError, "flops_tolerance must be a number"),
     (dict(budget_bytes=10, names="mlp_hidden"), TypeError, "names must be None or an iterable"),
@@ -211,6 +213,11 @@ def three_answers(request):
             plans[budget] = plan_names(three_names_loss_for, *MLP, budget_bytes=budget,
                                        host_budget_bytes=host_budget, measured=shared, target=target)
         sweeps[host_budget] = (plans, sum(1 for k in shared if isinstance(k, str)))
+    shared = {}
+    exact = {budget: plan_names(three_names_loss_for, *MLP, budget_bytes=budget, measured=shared,
+                                target=target, exact=True)
+             for budget in sorted(budgets)}
+    sweeps["exact"] = (exact, sum(1 for k in shared if isinstance(k, str)))
     return first, table, sweeps
 
 
@@ -218,6 +225,8 @@ def test_every_budget_gets_the_answer_of_compiling_all_27_plans(three_answers):
     _, table, sweeps = three_answers
     checked = 0
     for host_budget, (plans, _) in sweeps.items():
+        if host_budget == "exact":
+            continue
         for budget, row in plans.items():
             truth = pick(table.values(), budget, host_budget)
             assert equally_good(row, truth), (budget, host_budget, row.name, truth.name)
@@ -225,6 +234,17 @@ def test_every_budget_gets_the_answer_of_compiling_all_27_plans(three_answers):
             assert row.flops <= fewest_flops_fitting(table.values(), budget, host_budget)
             checked += 1
     assert checked >= 20
+
+
+def test_exact_gets_the_answer_of_compiling_all_27_plans_in_fewer(three_answers):
+    _, table, sweeps = three_answers
+    plans, compiled = sweeps["exact"]
+    for budget, row in plans.items():
+        truth = pick(table.values(), budget)
+        assert equally_good(row, truth), (budget, row.name, truth.name)
+        assert "(exact)" in row.search
+    assert len(plans) >= 10
+    assert compiled == sum(row.compiled for row in plans.values()) < len(table)
 
 
 def test_offloading_wins_where_keeping_does_not_fit(three_answers):
@@ -297,3 +317,36 @@ def test_when_the_predictions_hold_the_search_compiles_only_the_answer(monkeypat
     fixed = 1 + len(STANDARD_POLICIES) + 2 * len(NAMES) + 2  # baseline, standard, single, every
     assert row.compiled == len(compiled) == fixed + 1, compiled[fixed:]
     assert "widened" not in row.search
+
+
+def test_exact_finds_a_plan_that_fits_far_below_its_prediction(monkeypatch):
+    # As on XLA's TPU compiler for the reference transformer: offloading two names plans a
+    # peak below recomputing everything, though each offloaded alone adds to it.
+    def quirky(label):
+        flops, device, host = additive_figures(label)
+        return (flops, 90, host) if label == plan_label([], ["up", "act"]) else (flops, device, host)
+
+    def answered(programs, inputs):
+        return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
+                                peak_bytes=device, host_bytes=host)
+                for flops, device, host in map(quirky, (p.label for p in programs))]
+
+    monkeypatch.setattr(remat_guide.planner, "measure", answered)
+    every = {"no checkpoint": quirky("no checkpoint"), **{name: quirky(name) for name in STANDARD_POLICIES}}
+    every |= {label: quirky(label) for _, label, _ in every_plan()}
+    rows = [SimpleNamespace(name=name, flops=f, device_bytes=d, host_bytes=h) for name, (f, d, h) in every.items()]
+    odd = plan_label([], ["up", "act"])
+    # At 95 bytes only that plan fits; at 101 the single offloads fit too, with more FLOPs.
+    for budget in (95, 101):
+        assert pick(rows, budget).name == odd
+        with pytest.raises(ValueError) if budget == 95 else contextlib.nullcontext():
+            quick = plan_names(three_names_loss_for, *MLP, budget_bytes=budget, measured={}, target="tpu-v5e")
+            assert quick.name != odd and quick.flops > every[odd][0]
+        exact = plan_names(three_names_loss_for, *MLP, budget_bytes=budget, measured={}, target="tpu-v5e",
+                           exact=True)
+        assert exact.name == odd and exact.device_bytes == 90
+    with pytest.raises(ValueError, match=r"were not compiled, their predictions over the budget: exact=True"):
+        plan_names(three_names_loss_for, *MLP, budget_bytes=95, measured={}, target="tpu-v5e")
+    # Nothing fits: exact compiles every plan (the baseline, 4 standard policies, 26 more) first.
+    with pytest.raises(ValueError, match=r"\(31 policies compiled\)$"):
+        plan_names(three_names_loss_for, *MLP, budget_bytes=89, measured={}, target="tpu-v5e", exact=True)
