@@ -237,12 +237,14 @@ def plan_names(
     what is left uncompiled, within the errors they have shown. They can miss: XLA's
     planned peak is not the sum of the names' effects (on a GPU, keeping more values can
     lower it), so a plan left uncompiled may fit with fewer FLOPs; the accelerators page
-    of the guide shows one. ``exact=True`` leaves nothing to the memory predictions: a
-    plan is left uncompiled only when its predicted FLOPs, lowered by the largest FLOPs
-    error seen, could not beat the best plan compiled (at equal FLOPs, every plan is
-    compiled). It costs more compiles, most near a tight budget, where few plans fit and
-    most take fewer FLOPs than the answer; when nothing fits, it compiles every plan
-    before saying so. Plans that tie on every
+    of the guide shows one. ``exact=True`` leaves nothing to the device-memory
+    prediction: a plan is left uncompiled only when its predicted FLOPs or host bytes,
+    each lowered by its largest error seen, show that it cannot fit the host budget or
+    beat the best plan compiled. FLOPs and host bytes add up name by name (on the
+    reference transformer of the guide, exactly), device memory does not. It costs more
+    compiles, most near a tight device budget, where few plans fit and most take fewer
+    FLOPs than the answer; when nothing fits, it compiles every plan that could fit the
+    host budget before saying so. Plans that tie on every
     figure (symmetric names often do) are equally good answers, and the first compiled
     stands. ``search`` on the row says
     how it ended. The measurements do not depend on the budget: to plan several budgets
@@ -278,8 +280,8 @@ def plan_names(
             time (``None``: this machine).
         flops_tolerance: The relative difference in FLOPs up to which two rows count as
             equal, from 0 (below 1); 0 compares FLOPs exactly.
-        exact: Whether only FLOPs may leave a plan uncompiled (see above); ``False``: the
-            predicted device and host bytes may too, in far fewer compiles.
+        exact: Whether the predicted device bytes may not leave a plan uncompiled (see
+            above); ``False``: they may, and the search compiles far fewer plans.
 
     Returns:
         The chosen row, a :class:`NamePlan`: its ``name`` and ``policy`` (the label and
@@ -483,7 +485,7 @@ class _Search:
                 flops, device, host = self.predict(plan)
                 low = (flops - margin[0], device - margin[1], host - margin[2])
                 if exact:
-                    low = (low[0], -math.inf, -math.inf)
+                    low = (low[0], -math.inf, low[2])
                 if low[1] > budget or (host_budget is not None and low[2] > host_budget):
                     continue
                 if best is not None and not (
@@ -498,26 +500,27 @@ class _Search:
             plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            judged = zip(_FIGURES[:1] if exact else _FIGURES, guess, margin)
-            if any(abs(getattr(row, f) - g) > m for f, g, m in judged):
+            judged = [k for k in range(len(_FIGURES)) if not (exact and _FIGURES[k] == "device_bytes")]
+            if any(abs(getattr(row, _FIGURES[k]) - guess[k]) > margin[k] for k in judged):
                 widened += 1
         measured_plans = sum(self.known(plan) is not None for plan in self.plans)
         if best is None:
             smallest = min(rows, key=lambda row: row.device_bytes)
             unseen = len(self.plans) - measured_plans
+            why = ("their predicted host bytes over the host budget" if exact
+                   else "their predictions over the budget: exact=True compiles them")
             raise ValueError(
                 f"nothing fits budget_bytes={budget}"
                 + ("" if host_budget is None else f" with host_budget_bytes={host_budget}")
                 + f": the smallest {memory_figure(smallest)} reached is {smallest.device_bytes} bytes, with "
                 f"{smallest.name} ({self.compiled} policies compiled)"
-                + ("" if not unseen else f"; {unseen} of the {len(self.plans)} plans were not compiled, "
-                   "their predictions over the budget: exact=True compiles them"))
+                + (f"; {unseen} of the {len(self.plans)} plans were not compiled, {why}" if unseen else ""))
         plans = {self.label(plan): plan for plan in self.plans}
         chosen = plans.get(best.name)
         if exact:
             search = (f"{measured_plans} of {len(self.plans)} plans compiled (exact); the others could not "
-                      f"beat it in FLOPs even with the prediction lowered by its largest error on a compiled "
-                      f"plan ({_amount(margin[0])})")
+                      f"fit the host budget or beat it in FLOPs even with each prediction lowered by its largest "
+                      f"error on a compiled plan (FLOPs {_amount(margin[0])}, host {_amount(margin[2])} bytes)")
         else:
             search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others could not fit and "
                       f"beat it even with each prediction lowered by its largest error on a compiled plan "

@@ -350,3 +350,9 @@ def test_exact_finds_a_plan_that_fits_far_below_its_prediction(monkeypatch):
     # Nothing fits: exact compiles every plan (the baseline, 4 standard policies, 26 more) first.
     with pytest.raises(ValueError, match=r"\(31 policies compiled\)$"):
         plan_names(three_names_loss_for, *MLP, budget_bytes=89, measured={}, target="tpu-v5e", exact=True)
+    # With no host memory, only the plans that offload nothing could fit, and host bytes add
+    # up name by name: exact compiles the 16 programs with the plans that keep or recompute.
+    with pytest.raises(ValueError, match=r"\(16 policies compiled\); 15 of the 27 plans were not compiled, "
+                                         r"their predicted host bytes over the host budget$"):
+        plan_names(three_names_loss_for, *MLP, budget_bytes=95, host_budget_bytes=0, measured={},
+                   target="tpu-v5e", exact=True)
