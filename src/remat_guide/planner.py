@@ -233,23 +233,26 @@ def plan_names(
        prediction wrong by more than allowed for, the allowance grows, more plans could
        beat the best, and more are compiled; in the worst case every plan is.
 
-    The answer is always a compiled row; the predictions only order the search and decide
-    what is left uncompiled, within the errors they have shown. They can miss: XLA's
-    planned peak is not the sum of the names' effects (on a GPU, keeping more values can
-    lower it), so a plan left uncompiled may fit with fewer FLOPs; the accelerators page
-    of the guide shows one. ``exact=True`` leaves nothing to the device-memory
-    prediction: a plan is left uncompiled only when its predicted FLOPs or host bytes,
-    each lowered by its largest error seen, show that it cannot fit the host budget or
-    beat the best plan compiled. FLOPs and host bytes add up name by name (on the
-    reference transformer of the guide, exactly), device memory does not. It costs more
-    compiles, most near a tight device budget, where few plans fit and most take fewer
-    FLOPs than the answer; when nothing fits, it compiles every plan that could fit the
-    host budget before saying so. Plans that tie on every
-    figure (symmetric names often do) are equally good answers, and the first compiled
-    stands. ``search`` on the row says
-    how it ended. The measurements do not depend on the budget: to plan several budgets
-    for the same model, pass the same ``measured`` dict to each call; no plan is compiled
-    twice, and the prediction errors seen by earlier calls carry over.
+    The answer is always a compiled row; the predictions only order the search and
+    decide what is left uncompiled, within the errors they have shown. They can miss:
+    XLA's planned peak is not the sum of the names' effects (on a GPU, keeping more
+    values can lower it), so a plan left uncompiled may fit with fewer FLOPs; the
+    accelerators page of the guide shows one.
+
+    ``exact=True`` leaves nothing to the device-memory prediction: a plan is left
+    uncompiled only when its predicted FLOPs or host bytes, each lowered by its largest
+    error seen, show that it cannot fit the host budget or beat the best plan compiled.
+    FLOPs and host bytes follow from what is recomputed and what is offloaded; device
+    memory also depends on how XLA schedules and packs the program's buffers. It costs
+    more compiles, most near a tight device budget, where few plans fit and most take
+    fewer FLOPs than the answer; when nothing fits, it compiles every plan that could
+    fit the host budget before saying so.
+
+    Plans that tie on every figure (symmetric names often do) are equally good answers,
+    and the first compiled stands. ``search`` on the row says how it ended. The
+    measurements do not depend on the budget: to plan several budgets for the same
+    model, pass the same ``measured`` dict to each call; no plan is compiled twice, and
+    the prediction errors seen by earlier calls carry over.
 
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
@@ -280,8 +283,8 @@ def plan_names(
             time (``None``: this machine).
         flops_tolerance: The relative difference in FLOPs up to which two rows count as
             equal, from 0 (below 1); 0 compares FLOPs exactly.
-        exact: Whether the predicted device bytes may not leave a plan uncompiled (see
-            above); ``False``: they may, and the search compiles far fewer plans.
+        exact: ``True``: never leave a plan uncompiled on its predicted device bytes (see
+            above); ``False``: do, and compile far fewer plans.
 
     Returns:
         The chosen row, a :class:`NamePlan`: its ``name`` and ``policy`` (the label and
@@ -500,7 +503,7 @@ class _Search:
             plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            judged = [k for k in range(len(_FIGURES)) if not (exact and _FIGURES[k] == "device_bytes")]
+            judged = (0, 2) if exact else (0, 1, 2)  # exact ignores the device prediction
             if any(abs(getattr(row, _FIGURES[k]) - guess[k]) > margin[k] for k in judged):
                 widened += 1
         measured_plans = sum(self.known(plan) is not None for plan in self.plans)
