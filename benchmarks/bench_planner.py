@@ -14,7 +14,7 @@ and with host budgets) checked against ``pick`` over all of them. A plan that ti
 that answer on FLOPs (within the tolerance), host and device bytes counts as the same
 answer. In part 2 the planner runs its own code with each compile answered from that
 table, and the answers it asked for are counted; each sweep runs as plan_names does by
-default and with ``exact=True`` (only FLOPs leave a plan uncompiled).
+default and with ``exact=True`` (no device-byte prediction leaves a plan uncompiled).
 
 Run by `make bench`; writes planner.json and planner.md to the folder given by --out. With
 ``--before planner.json`` (an earlier run's output) the Markdown shows both runs' figures.
@@ -209,7 +209,7 @@ def _lines(report: dict, before: dict | None) -> list[str]:
                   "| not as good as all plans |",
                   "|---|---|---|---|---:|---:|---:|"]
         lines += [f"| {s['sweep']} | {s['host_budget_bytes'] if s['host_budget_bytes'] is not None else 'none'} | "
-                  f"{s['offload']} | {s.get('exact', False)} | {s['compiled']} | {s['max_per_budget']} "
+                  f"{s['offload']} | {s['exact']} | {s['compiled']} | {s['max_per_budget']} "
                   f"| {len(s['wrong'])} |"
                   for s in result["sweeps"]]
         lines.append("")

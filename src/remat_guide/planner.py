@@ -481,14 +481,14 @@ class _Search:
             best = pick(rows, budget, host_budget, tolerance)
             fewest = min((row.flops for row in rows if _fits(row, budget, host_budget)), default=0)
             margin = self.errors()
+            if exact:  # no device-byte prediction, however far off, leaves a plan out
+                margin = (margin[0], math.inf, margin[2])
             waiting = []
             for plan in self.plans:
                 if self.known(plan) is not None:
                     continue
                 flops, device, host = self.predict(plan)
                 low = (flops - margin[0], device - margin[1], host - margin[2])
-                if exact:
-                    low = (low[0], -math.inf, low[2])
                 if low[1] > budget or (host_budget is not None and low[2] > host_budget):
                     continue
                 if best is not None and not (
@@ -503,8 +503,7 @@ class _Search:
             plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            judged = (0, 2) if exact else (0, 1, 2)  # exact ignores the device prediction
-            if any(abs(getattr(row, _FIGURES[k]) - guess[k]) > margin[k] for k in judged):
+            if any(abs(getattr(row, f) - g) > m for f, g, m in zip(_FIGURES, guess, margin)):
                 widened += 1
         measured_plans = sum(self.known(plan) is not None for plan in self.plans)
         if best is None:
