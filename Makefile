@@ -41,12 +41,22 @@ export JAX_PLATFORMS ?= cpu
 # the clean build of test-repro compile a program once. `make bench` and `make bench-build`
 # time compiles, so they set their own.
 export REMAT_GUIDE_CACHE_DIR := $(CURDIR)/$(BUILD)/.compiled
+# The figure store (docs/_figures): what XLA's TPU and GPU compilers produced for every
+# accelerator program of the pages and tests, kept in the repository so that no build compiles
+# one again. A build reads it first and records in $(BUILD)/figures what it read and what it
+# had to compile; `make figures` adds the latter, `make test` recompiles a sample of it.
+export REMAT_GUIDE_FIGURES := $(CURDIR)/docs/_figures
+export REMAT_GUIDE_FIGURES_LOG := $(CURDIR)/$(BUILD)/figures
+FIGURES := $(BIN)/python -m remat_guide.site.figure_store --store docs/_figures
+# The seed of the sample that `make test` recompiles; a random one (printed) when empty.
+FIGURE_SEED ?=
 
 # The tests run in as many processes as there are cores; a test file stays in one process, so
 # that a module's fixture (the browser tour, the planner's sweeps) is built once.
 PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
 
-.PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench clean distclean
+.PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench \
+	figures verify-figures clean distclean
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -101,13 +111,32 @@ html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly int
 lint: $(STAMP)  ## Lint and check the import order of all Python code with ruff (configured in pyproject.toml).
 	$(BIN)/ruff check src tests benchmarks docs/_ext conf.py
 
-test: lint html chromium  ## Lint; build the site; run unit tests, doctests, site, link and browser checks; check reproducibility.
-	@# The clean build of test-repro runs while pytest does.
+test: lint html chromium  ## Lint; build the site; run unit tests, doctests, site, link and browser checks; check reproducibility and the figure store.
+	@# The clean build of test-repro runs while pytest does, and compiles a sample of the
+	@# figure store's entries again; then no page or test may have compiled a program the
+	@# store lacks, and every sampled entry must have compiled to its stored figures.
 	@mkdir -p $(BUILD)
-	@$(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
+	@$(FIGURES) sample --log $(BUILD)/figures --sample $(BUILD)/figure-sample.txt $(if $(FIGURE_SEED),--seed $(FIGURE_SEED))
+	@REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(BUILD)/figure-sample.txt REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
+	  $(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
-	[ $$tests = 0 ] && [ $$same = 0 ]
+	$(FIGURES) check --log $(BUILD)/figures --recheck-log $(REPRO)/_build/figures --sample $(BUILD)/figure-sample.txt; \
+	stored=$$?; [ $$tests = 0 ] && [ $$same = 0 ] && [ $$stored = 0 ]
+
+figures: $(STAMP)  ## Add to docs/_figures what the last build compiled because the store lacked it; drop what no page or test read.
+	$(FIGURES) update --log $(BUILD)/figures
+
+# Every entry compiled again: the pages in a clean copy and the unit tests and doctests, each
+# store read compiled once more and compared (about as long as building with an empty store).
+VERIFY := $(BUILD)/verify
+verify-figures: $(STAMP) $(JAX_ENV_STAMP)  ## Compile every entry of the figure store again and compare it with what is stored.
+	rm -rf $(VERIFY) && mkdir -p $(VERIFY)/site && echo all > $(VERIFY)/recheck.txt
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(VERIFY)/site
+	export REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(VERIFY)/recheck.txt REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(VERIFY)/log; \
+	(cd $(VERIFY)/site && $(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j auto -d _build/doctrees -c . docs _build/html) \
+	  && $(PYTEST) -q tests/unit src docs/_ext
+	$(FIGURES) verify --recheck-log $(VERIFY)/log
 
 test-unit: lint $(JAX_ENV_STAMP)  ## Lint, then only the unit tests (tests/unit) and doctests, which need no built site.
 	$(PYTEST) tests/unit src docs/_ext

@@ -22,6 +22,7 @@ extensions = [
     "api_coverage",  # fails the build when JAX has a checkpoint API item the reference lacks
     "build_stability",  # a rebuild writes what a clean build writes (see the module)
     "notebook_downloads",  # each executed page's .ipynb in the theme's download menu
+    "figure_store",  # names the page each kernel runs for; logs what the figure store gave the build
 ]
 
 myst_enable_extensions = ["colon_fence", "substitution"]

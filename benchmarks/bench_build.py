@@ -1,4 +1,10 @@
-"""Times the site's builds (fresh clone, cold, unchanged, one page edited) against a script floor, and `make test`."""
+"""Times the site's builds (fresh clone, cold, unchanged, one page edited) against a script floor, and `make test`.
+
+The budgets (2 cores, a fresh clone, a quiet machine): `make html` in a fresh clone, environments
+included, <= 420 s; `make test` after it <= 360 s; the two together, which is what CI runs
+(`bash .ci/run`), <= 12 minutes; a rebuild with nothing changed <= 4 s; a rebuild after one
+page is edited <= 8 s more than running that page's code as a script.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ from myst_nb.core.read import read_myst_markdown_notebook
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
-TARGETS = {"fresh_clone_html_seconds": 300.0, "cold_over_floor": 1.0, "no_change_seconds": 4.0,
-           "one_page_seconds": 8.0, "make_test_seconds": 240.0}
+TARGETS = {"fresh_clone_html_seconds": 420.0, "make_test_seconds": 360.0, "fresh_clone_ci_seconds": 720.0,
+           "no_change_seconds": 4.0, "one_page_over_its_run_seconds": 8.0}
+EDITED_PAGE = "index.md"
 
 
 def _copy_tree(destination: pathlib.Path) -> None:
@@ -34,8 +41,13 @@ def _copy_tree(destination: pathlib.Path) -> None:
 
 
 def _cache_env(folder: pathlib.Path) -> dict[str, str]:
-    """The environment with remat_guide's compile cache in ``folder`` (empty at first), as `make html` has it."""
-    return {**os.environ, "REMAT_GUIDE_CACHE_DIR": str(folder)}
+    """The environment with remat_guide's compile cache in ``folder`` (empty at first), as `make html` has it.
+
+    The figure store is the tree's own (``docs/_figures``), with the build's log beside the cache.
+    """
+    tree = folder.parent.parent
+    return {**os.environ, "REMAT_GUIDE_CACHE_DIR": str(folder), "REMAT_GUIDE_FIGURES": str(tree / "docs" / "_figures"),
+            "REMAT_GUIDE_FIGURES_LOG": str(folder.parent / "figures")}
 
 
 def _build(tree: pathlib.Path) -> tuple[float, int]:
@@ -52,32 +64,22 @@ def _build(tree: pathlib.Path) -> tuple[float, int]:
     return seconds, executed
 
 
-def _make_test_after_html() -> float:
-    """Seconds of `make test` in the project itself, right after an untimed `make html`."""
-    subprocess.run(["make", "--no-print-directory", "html"], cwd=ROOT, check=True,
-                   capture_output=True)
-    start = time.perf_counter()
-    run = subprocess.run(["make", "--no-print-directory", "test"], cwd=ROOT,
-                         capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if run.returncode:
-        sys.exit(f"make test failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-    return seconds
-
-
-def _fresh_clone_html(folder: pathlib.Path) -> float:
-    """Seconds of `make html` in a fresh clone of the project's last commit: environments, then the build."""
+def _fresh_clone(folder: pathlib.Path) -> tuple[float, float]:
+    """Seconds of `make html` in a fresh clone of the project's last commit (environments, then the build),
+    and of `make test` right after it there: together, what CI runs."""
     shutil.rmtree(folder, ignore_errors=True)
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(folder)], check=True)
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("REMAT_GUIDE_", "MAKE"))}
-    start = time.perf_counter()
-    run = subprocess.run(["make", "--no-print-directory", "html"], cwd=folder, capture_output=True,
-                         text=True, env=environment)
-    seconds = time.perf_counter() - start
-    if run.returncode:
-        sys.exit(f"make html in a fresh clone failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    seconds = []
+    for target in ("html", "test"):
+        start = time.perf_counter()
+        run = subprocess.run(["make", "--no-print-directory", target], cwd=folder, capture_output=True,
+                             text=True, env=environment)
+        seconds.append(time.perf_counter() - start)
+        if run.returncode:
+            sys.exit(f"make {target} in a fresh clone failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
     shutil.rmtree(folder)
-    return seconds
+    return seconds[0], seconds[1]
 
 
 def _notebook_pages(tree: pathlib.Path) -> list[pathlib.Path]:
@@ -129,12 +131,12 @@ def main() -> None:
     cold, cold_pages = _build(work)
     unchanged, unchanged_pages = _build(work)
     # A new code cell changes the page's code, so its cached outputs no longer apply.
-    edited = work / "docs" / "index.md"
+    edited = work / "docs" / EDITED_PAGE
     edited.write_text(edited.read_text(encoding="utf-8") + "\n```{code-cell} ipython3\n1 + 1\n```\n")
     one_page, one_page_pages = _build(work)
     shutil.rmtree(work)
-    fresh_clone = _fresh_clone_html(args.out / "fresh-clone")
-    make_test = _make_test_after_html()
+    fresh_clone, make_test = _fresh_clone(args.out / "fresh-clone")
+    one_page_over = one_page - floor[EDITED_PAGE]
 
     floor_total = sum(floor.values())
     report = {
@@ -150,11 +152,14 @@ def main() -> None:
         "cold_over_floor": round(cold / floor_total, 2),
         "fresh_clone_html_seconds": round(fresh_clone, 2),
         "make_test_seconds": round(make_test, 2),
+        "fresh_clone_ci_seconds": round(fresh_clone + make_test, 2),
+        "one_page_over_its_run_seconds": round(one_page_over, 2),
         "targets": TARGETS,
         "cpu_count": os.cpu_count(),
     }
-    measured = {"fresh_clone_html_seconds": fresh_clone, "cold_over_floor": cold / floor_total,
-                "no_change_seconds": unchanged, "one_page_seconds": one_page, "make_test_seconds": make_test}
+    measured = {"fresh_clone_html_seconds": fresh_clone, "make_test_seconds": make_test,
+                "fresh_clone_ci_seconds": fresh_clone + make_test, "no_change_seconds": unchanged,
+                "one_page_over_its_run_seconds": one_page_over}
     report["met"] = {name: round(measured[name], 2) <= limit for name, limit in TARGETS.items()}
     report["meets_targets"] = all(report["met"].values())
     args.out.mkdir(parents=True, exist_ok=True)
@@ -167,8 +172,11 @@ def main() -> None:
         f"| fresh clone: `make html` (environments and build) | {report['fresh_clone_html_seconds']} | |",
         f"| cold build (venv present, empty caches) | {report['cold_seconds']} | {cold_pages} |",
         f"| no-change rebuild | {report['no_change_seconds']} | {unchanged_pages} |",
-        f"| one page edited | {report['one_page_seconds']} | {one_page_pages} |",
-        f"| `make test` after `make html` (in the project) | {report['make_test_seconds']} | |", "",
+        f"| one page edited ({EDITED_PAGE}; its script: {round(floor[EDITED_PAGE], 2)} s) "
+        f"| {report['one_page_seconds']} | {one_page_pages} |",
+        f"| `make test` after `make html`, in the fresh clone | {report['make_test_seconds']} | |",
+        f"| slowest pages as scripts | "
+        f"{', '.join(f'{k} {round(v)} s' for k, v in sorted(floor.items(), key=lambda kv: -kv[1])[:3])} | |", "",
         "| target | limit | measured | met |", "|---|---:|---:|---|",
         *[f"| {name} | {limit} | {round(measured[name], 2)} | {'yes' if report['met'][name] else 'no'} |"
           for name, limit in TARGETS.items()],

@@ -91,10 +91,17 @@ def run_once(compiled, specs, device) -> dict:
 
 
 def matching_target(device) -> str | None:
-    for name, candidate in TARGETS.items():
-        if candidate.device_kind == device.device_kind:
-            return name
-    return None
+    """The target whose device_kind is the device's, else the one target whose device_kind begins with it.
+
+    A real H200 reports 'NVIDIA H200' (seen on one, with JAX 0.11.2), XLA's target description
+    'NVIDIA H200 141GB HBM3e'; two candidates (an H100 SXM and PCIe) leave the choice to --target.
+    """
+    kinds = {name: candidate.device_kind for name, candidate in TARGETS.items()}
+    exact = [name for name, kind in kinds.items() if kind == device.device_kind]
+    if exact:
+        return exact[0]
+    prefixed = [name for name, kind in kinds.items() if kind.startswith(device.device_kind + " ")]
+    return prefixed[0] if len(prefixed) == 1 else None
 
 
 def print_comparison(model: str, label: str, local: dict, ahead: dict, local_name: str, target_name: str) -> None:

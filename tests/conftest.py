@@ -29,6 +29,12 @@ def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
     return read
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Names the test file in the figure store's log of what it read or compiled (before its fixtures run)."""
+    os.environ["REMAT_GUIDE_PAGE"] = item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks every test that reads the built site with ``site``: the kind that tests/site/ holds."""
     for item in items:

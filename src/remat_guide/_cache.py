@@ -1,22 +1,39 @@
-"""Compiling a program only to read its figures: quickly, and kept on disk when REMAT_GUIDE_CACHE_DIR names a folder."""
+"""Compiling a program only to read its figures: quickly, from the figure store, or kept on disk in a cache."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import json
 import os
 import pathlib
+import re
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 
-__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "figures"]
+from remat_guide import _store as store
+
+__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "compiler_version", "figures", "instruction_counts",
+           "target_figures", "unrun_options"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
+
+
+def unrun_options(platform: str | None = None) -> dict[str, Any]:
+    """The compile options of a program that is measured, never run (see :func:`compile_unrun`)."""
+    platform = platform or jax.default_backend()
+    if platform == "cpu":
+        return {"xla_backend_optimization_level": 0}
+    if platform == "cuda":
+        return {"xla_gpu_autotune_level": 0}
+    return {}
 
 
 def compile_unrun(lowered: Any, platform: str | None = None) -> Any:
@@ -31,12 +48,8 @@ def compile_unrun(lowered: Any, platform: str | None = None) -> Any:
     of a default compile (the tests check it), and the compile takes about a quarter
     less time.
     """
-    platform = platform or jax.default_backend()
-    if platform == "cpu":
-        return lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
-    if platform == "cuda":
-        return lowered.compile(compiler_options={"xla_gpu_autotune_level": 0})
-    return lowered.compile()
+    options = unrun_options(platform)
+    return lowered.compile(compiler_options=options) if options else lowered.compile()
 
 
 @functools.cache
@@ -105,3 +118,132 @@ def figures(kind: str, compiler: str, lowered: Any, compute: Callable[[], Any]) 
         found = compute()
         _put(cache_key, found)
     return found
+
+
+def compiler_version(platform: str) -> str:
+    """The packages, with their versions, whose compiler compiles for ``platform`` (``"tpu"``, ``"cuda"``)."""
+    plugin = {"tpu": "libtpu", "cuda": "jax-cuda12-plugin"}.get(platform)
+    packages = ["jaxlib"] + ([plugin] if plugin else [])
+    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in packages)
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? ([a-z][\w-]*)\(", re.MULTILINE)
+# The prefix of a line of XLA's C++ log: severity, date, time, thread and source line.
+_LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\] ")
+
+
+@contextlib.contextmanager
+def _compiler_log() -> Iterator[list[str]]:
+    """Collects the lines of XLA's C++ log written to the process's stderr during the block, without their prefix."""
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+            lines.extend(_LOG_PREFIX.sub("", line) for line in text.splitlines() if _LOG_PREFIX.match(line))
+
+
+def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False) -> dict[str, Any]:
+    """What XLA produced for a program: every ``memory_analysis()`` size, ``cost_analysis()``, its instructions.
+
+    A program the compiler refuses gives its error message instead; with ``log``, the lines
+    XLA logged while compiling are kept too.
+    """
+    figures: dict[str, Any] = {"memory": None, "cost": None, "instructions": None}
+    with _compiler_log() if log else contextlib.nullcontext([]) as lines:
+        try:
+            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+        except jax.errors.JaxRuntimeError as error:
+            figures["error"] = str(error)
+    if log:
+        figures["log"] = lines
+    if "error" in figures:
+        return figures
+    memory = compiled.memory_analysis()
+    figures["memory"] = {name: int(getattr(memory, name)) for name in dir(memory)
+                         if not name.startswith("_") and isinstance(getattr(memory, name), int)}
+    cost = compiled.cost_analysis()
+    figures["cost"] = None if cost is None else {k: float(v) for k, v in sorted(cost.items())}
+    figures["instructions"] = instruction_counts(compiled.as_text())
+    return figures
+
+
+def instruction_counts(text: str) -> dict[str, int]:
+    """How many instructions of each opcode a compiled program's HLO text has, all computations included."""
+    return dict(sorted(collections.Counter(_INSTRUCTION.findall(text)).items()))
+
+
+def _settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The compile options, with what else reaches the compiler: ``XLA_FLAGS`` and JAX's remat-pass flag."""
+    settings = dict(options)
+    if os.environ.get("XLA_FLAGS"):
+        settings["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+    if not jax.config.jax_compiler_enable_remat_pass:
+        settings["jax_compiler_enable_remat_pass"] = False
+    return settings
+
+
+def target_figures(lowered: Any, target: str, platform: str, options: dict[str, Any] | None = None,
+                   log: bool = False) -> dict[str, Any]:
+    """What an accelerator's compiler produced for a lowered program: read from the figure store, or compiled.
+
+    Returns ``{"memory": {...}, "cost": {...} or None, "instructions": {...}}``: every size
+    of ``memory_analysis()``, ``cost_analysis()`` and the count of each HLO instruction of
+    the compiled program. ``options`` are passed to ``lowered.compile``. With ``log``, also
+    ``"log"``: the lines XLA's C++ code logged while compiling. A program the compiler
+    refuses raises ``jax.errors.JaxRuntimeError`` with the compiler's message, as
+    ``lowered.compile()`` does.
+
+    With ``REMAT_GUIDE_FIGURES`` naming the store's folder (the site's build sets it), the
+    store is read first, by the program's text, the target, the compiler's version and the
+    options; a program it lacks is compiled and recorded in the build's log
+    (``REMAT_GUIDE_FIGURES_LOG``), from which ``make figures`` adds it. A key listed in
+    ``REMAT_GUIDE_FIGURES_RECHECK`` is compiled again and compared with the store. Without
+    a store, the figures are kept in the ``REMAT_GUIDE_CACHE_DIR`` cache, if one is set.
+    """
+    options = dict(options or {})
+    folder = store.store_folder()
+    if folder is None:
+        return _raise_error(figures("compiled", target, lowered, lambda: _compile_figures(lowered, options, log)))
+    text = lowered.as_text()
+    compiler = compiler_version(platform)
+    settings = _settings(options)
+    if log:
+        settings["log"] = True
+    key = store.entry_key(target, compiler, settings, text)
+    build_log = store.log()
+    who = os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"
+    entry = store.load(folder).get(key) if folder.is_dir() else None
+    if entry is None and build_log is not None:
+        entry = build_log.find_missed(key)
+    if entry is None:
+        entry = {"key": key, "target": target, "compiler": compiler, "options": settings,
+                 "program": store.program_name(text), **_compile_figures(lowered, options, log)}
+        entry["check"] = store.digest(entry)
+        if build_log is not None:
+            build_log.missed({**entry, "where": who})
+    else:
+        recheck = store.recheck_keys()
+        if build_log is not None and (recheck == "all" or key in recheck):
+            again = _compile_figures(lowered, options, log)
+            stored = store.figures_of(entry)
+            build_log.rechecked(key, {
+                "target": target, "program": entry["program"], "where": who, "same": again == stored,
+                "differences": {part: {"stored": stored[part], "compiled": again[part]}
+                                for part in stored if stored[part] != again[part]}})
+    if build_log is not None:
+        build_log.read(key, who)
+    return _raise_error(store.figures_of(entry))
+
+
+def _raise_error(figures: dict[str, Any]) -> dict[str, Any]:
+    if "error" in figures:
+        raise jax.errors.JaxRuntimeError(figures["error"])
+    return figures

@@ -289,6 +289,12 @@ def _memory(compiled: Any) -> dict[str, int]:
             "host_bytes": memory.host_temp_size_in_bytes}
 
 
+def _target_memory(sizes: dict[str, int]) -> dict[str, int]:
+    """The memory figures of a target's program, from its ``memory_analysis()`` sizes."""
+    return {"temp_bytes": sizes["temp_size_in_bytes"], "peak_bytes": sizes["peak_memory_in_bytes"],
+            "host_bytes": sizes["host_temp_size_in_bytes"]}
+
+
 def _local_figures(lowered: Any) -> dict[str, int]:
     """FLOPs and memory of a program lowered for this machine, compiled or read from the cache."""
 
@@ -311,10 +317,9 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
-    on_target = program.on_target.lower()
-    memory = cache.figures("memory", chosen.name, on_target,
-                           lambda: _memory(cache.compile_unrun(on_target, chosen.platform)))
-    return {**_TARGET_FLOPS[text], **memory}
+    compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
+                                    cache.unrun_options(chosen.platform))
+    return {**_TARGET_FLOPS[text], **_target_memory(compiled["memory"])}
 
 
 def _measurement(figures: dict[str, int], residual_bytes: int) -> Measurement:
@@ -334,8 +339,9 @@ def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:
     around it: tracing the next program, listing residuals. So the wall time is close to
     the sum of the compile times. On an error, the programs not yet compiling are dropped.
 
-    When the environment variable ``REMAT_GUIDE_CACHE_DIR`` names a folder, each
-    program's figures are kept there, by its lowered text, the compiler, the XLA flags, the
+    A target's program is read from the figure store when ``REMAT_GUIDE_FIGURES`` names
+    one (the site's build does). When the environment variable ``REMAT_GUIDE_CACHE_DIR``
+    names a folder, each program's figures are kept there, by its lowered text, the compiler, the XLA flags, the
     versions of JAX and jaxlib and this package's source; a program measured before, by any
     process, is not compiled again.
     """

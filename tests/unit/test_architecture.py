@@ -125,7 +125,7 @@ def test_the_import_graph_has_no_cycle():
 
 def test_the_sphinx_extensions_live_beside_the_pages():
     extensions = sorted(p.stem for p in (ROOT / "docs" / "_ext").glob("*.py"))
-    assert extensions == ["api_coverage", "build_stability", "notebook_downloads"]
+    assert extensions == ["api_coverage", "build_stability", "figure_store", "notebook_downloads"]
     conf = (ROOT / "conf.py").read_text(encoding="utf-8")
     for name in extensions:
         assert f'"{name}",' in conf

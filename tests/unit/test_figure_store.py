@@ -1,0 +1,206 @@
+"""The figure store: accelerator programs compiled once, read back by key, recorded when missing, checked."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from helpers import counting_compiles
+from remat_guide import _store as store
+from remat_guide import compare_policies
+from remat_guide._cache import target_figures
+from remat_guide.models import mlp_args, mlp_scan_loss
+from remat_guide.site import figure_store
+from remat_guide.site.stored import compile_ahead
+from remat_guide.targets import place
+
+ARGS = mlp_args(layers=2, n=32, d=16)
+POLICIES = ["nothing_saveable"]
+
+
+@pytest.fixture
+def site_store(tmp_path, monkeypatch):
+    """An empty store and build log, as the site's build sets them, for the page 'probe'."""
+    monkeypatch.setenv(store.STORE_VARIABLE, str(tmp_path / "store"))
+    monkeypatch.setenv(store.LOG_VARIABLE, str(tmp_path / "log"))
+    monkeypatch.setenv(store.PAGE_VARIABLE, "probe")
+    monkeypatch.delenv(store.RECHECK_VARIABLE, raising=False)
+    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
+    store.load.cache_clear()
+    yield tmp_path
+    store.load.cache_clear()
+
+
+def lowered_for(target, scale=2.0):
+    return jax.jit(lambda w, x: jnp.tanh(scale * x @ w).sum()).lower(
+        *place((jnp.ones((64, 64)), jnp.ones((8, 64))), target))
+
+
+def make_figures(tmp_path):
+    assert figure_store.update(tmp_path / "store", store.Log(tmp_path / "log")) == 0
+    store.load.cache_clear()
+
+
+def test_a_miss_compiles_and_is_recorded_then_make_figures_stores_it_and_a_build_reads_it(site_store):
+    rows = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
+    log = store.Log(site_store / "log")
+    missed = log.all_missed()
+    assert len(missed) == len(rows) and {e["where"] for e in missed} == {"probe"}
+    assert {e["target"] for e in missed} == {"h100"} and all(e["program"] == "jit_loss" for e in missed)
+    make_figures(site_store)
+    assert not log.all_missed()
+    (stored_file,) = (site_store / "store").glob("*.jsonl")
+    assert stored_file.name == "h100.jsonl"
+    with counting_compiles() as compiles:
+        again = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
+    assert [(r.peak_bytes, r.temp_bytes, r.host_bytes) for r in again] == \
+        [(r.peak_bytes, r.temp_bytes, r.host_bytes) for r in rows]
+    # The H100's figures came from the store (the CPU's FLOPs are kept in the process).
+    assert not compiles and not log.all_missed()
+    assert len(log.reads()["probe"]) == len(rows)
+
+
+def test_stored_figures_are_the_compilers_own(site_store):
+    lowered = lowered_for("tpu-v5e")
+    compiled = lowered.compile()
+    ahead = compile_ahead(lowered, "tpu-v5e")
+    memory = compiled.memory_analysis()
+    assert vars(ahead.memory_analysis()) == {
+        name: getattr(memory, name) for name in dir(memory)
+        if not name.startswith("_") and isinstance(getattr(memory, name), int)}
+    assert ahead.cost_analysis() == pytest.approx(compiled.cost_analysis())
+    assert ahead.instructions["convolution"] + ahead.instructions.get("dot", 0) >= 1
+    gpu = compile_ahead(lowered_for("h100"), "h100")
+    assert gpu.cost_analysis() is None  # XLA's GPU compiler gives no cost analysis
+
+
+def test_the_key_is_the_program_target_compiler_and_options_not_where_it_was_written(site_store):
+    def keys():
+        return set(store.Log(site_store / "log").reads()["probe"])
+
+    spec = place(jax.ShapeDtypeStruct((8,), jnp.float32), "h100")
+    compile_ahead(jax.jit(lambda x: 2.0 * x).lower(spec), "h100")
+    compile_ahead(jax.jit(lambda x: 2.0 * x).lower(spec), "h100")  # the same program, another line
+    assert len(keys()) == 1
+    compile_ahead(lowered_for("h100"), "h100")
+    compile_ahead(lowered_for("h100"), "h100", {"xla_gpu_autotune_level": 0})
+    compile_ahead(lowered_for("h200"), "h200")
+    compile_ahead(lowered_for("h100", scale=3.0), "h100")
+    assert len(keys()) == 5
+
+
+def test_a_number_changed_by_hand_fails_the_load_and_names_the_entry(site_store):
+    compile_ahead(lowered_for("h100"), "h100")
+    make_figures(site_store)
+    path = site_store / "store" / "h100.jsonl"
+    entry = json.loads(path.read_text())
+    entry["memory"]["temp_size_in_bytes"] += 1
+    path.write_text(json.dumps(entry) + "\n")
+    with pytest.raises(store.StoreError, match=rf"entry {entry['key'][:16]} \(jit__lambda for h100\)"):
+        store.load(site_store / "store")
+
+
+def test_a_recompile_that_differs_fails_the_check_and_names_the_entry(site_store, monkeypatch, capsys):
+    """Figures that no longer match the compiler (here: forged with a valid digest) fail make test's check."""
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    make_figures(site_store)
+    (key,) = store.load(site_store / "store")
+    entry = dict(store.load(site_store / "store")[key])
+    entry["memory"] = {**entry["memory"], "temp_size_in_bytes": entry["memory"]["temp_size_in_bytes"] + 4096}
+    store.write(site_store / "store", [entry])
+    store.load.cache_clear()
+    sample = site_store / "sample.txt"
+    assert figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 7, sample) == 0
+    assert sample.read_text().split() == [key]
+    assert "seed 7" in capsys.readouterr().out
+    monkeypatch.setenv(store.RECHECK_VARIABLE, str(sample))
+    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "recheck"))
+    ahead = compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    assert ahead.memory_analysis().temp_size_in_bytes == entry["memory"]["temp_size_in_bytes"]
+    result = store.Log(site_store / "recheck").all_rechecked()[key]
+    assert not result["same"] and list(result["differences"]) == ["memory"]
+    code = figure_store.check(site_store / "store", store.Log(site_store / "log"),
+                              store.Log(site_store / "recheck"), sample)
+    assert code == 1
+    assert f"entry {key[:16]} (jit__lambda for tpu-v5e" in capsys.readouterr().err
+
+
+def test_an_honest_store_passes_the_check(site_store, monkeypatch, capsys):
+    compile_ahead(lowered_for("h100"), "h100")
+    make_figures(site_store)
+    sample = site_store / "sample.txt"
+    figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 1, sample)
+    monkeypatch.setenv(store.RECHECK_VARIABLE, str(sample))
+    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "recheck"))
+    compile_ahead(lowered_for("h100"), "h100")
+    assert figure_store.check(site_store / "store", store.Log(site_store / "log"),
+                              store.Log(site_store / "recheck"), sample) == 0
+    assert "1 sampled entries compiled again to the same figures" in capsys.readouterr().out
+
+
+def test_a_program_the_store_lacks_fails_the_check_naming_the_page(site_store, capsys):
+    compile_ahead(lowered_for("h100"), "h100")
+    make_figures(site_store)
+    compile_ahead(lowered_for("h100", scale=5.0), "h100")
+    sample = site_store / "sample.txt"
+    sample.write_text("")
+    code = figure_store.check(site_store / "store", store.Log(site_store / "log"),
+                              store.Log(site_store / "recheck"), sample)
+    assert code == 1
+    assert "probe compiled jit__lambda for h100" in capsys.readouterr().err
+
+
+def test_make_figures_drops_what_no_page_read(site_store, monkeypatch):
+    compile_ahead(lowered_for("h100"), "h100")
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    make_figures(site_store)
+    assert len(store.load(site_store / "store")) == 2
+    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "next"))
+    compile_ahead(lowered_for("h100"), "h100")
+    # A log of the pages alone may lack what only the tests read: nothing is dropped.
+    assert figure_store.update(site_store / "store", store.Log(site_store / "next")) == 0
+    store.load.cache_clear()
+    assert len(store.load(site_store / "store")) == 2
+    monkeypatch.setenv(store.PAGE_VARIABLE, "tests/unit/test_probe.py")
+    compile_ahead(lowered_for("h100"), "h100")
+    assert figure_store.update(site_store / "store", store.Log(site_store / "next")) == 0
+    store.load.cache_clear()
+    assert [e["target"] for e in store.load(site_store / "store").values()] == ["h100"]
+    assert not (site_store / "store" / "tpu-v5e.jsonl").exists()
+
+
+def test_the_store_is_sorted_and_written_the_same_every_time(site_store):
+    for scale in (1.0, 2.0, 3.0):
+        compile_ahead(lowered_for("h100", scale), "h100")
+    make_figures(site_store)
+    path = site_store / "store" / "h100.jsonl"
+    text = path.read_text()
+    keys = [json.loads(line)["key"] for line in text.splitlines()]
+    assert keys == sorted(keys) and len(keys) == 3
+    store.write(site_store / "store", store.load(site_store / "store").values())
+    assert path.read_text() == text
+
+
+def test_a_refused_program_is_stored_and_raises_as_the_compiler_did(site_store):
+    huge = jax.ShapeDtypeStruct((1 << 17, 1 << 17), jnp.float32)
+    lowered = jax.jit(lambda a: (a @ a).sum()).lower(place(huge, "tpu-v5e"))
+    with pytest.raises(jax.errors.JaxRuntimeError) as direct:
+        lowered.compile()
+    with pytest.raises(jax.errors.JaxRuntimeError) as first:
+        compile_ahead(lowered, "tpu-v5e")
+    make_figures(site_store)
+    with counting_compiles() as compiles, pytest.raises(jax.errors.JaxRuntimeError) as stored:
+        compile_ahead(lowered, "tpu-v5e")
+    assert not compiles
+    assert str(direct.value) == str(first.value) == str(stored.value)
+
+
+def test_without_a_store_target_figures_compile(tmp_path, monkeypatch):
+    monkeypatch.delenv(store.STORE_VARIABLE, raising=False)
+    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
+    lowered = lowered_for("h100")
+    with counting_compiles() as compiles:
+        figures = target_figures(lowered, "h100", "cuda")
+    assert len(compiles) == 1
+    assert figures["memory"]["peak_memory_in_bytes"] == lowered.compile().memory_analysis().peak_memory_in_bytes
