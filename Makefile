@@ -117,8 +117,8 @@ test: lint html chromium  ## Lint; build the site; run unit tests, doctests, sit
 	@# store lacks, and every sampled entry must have compiled to its stored figures.
 	@mkdir -p $(BUILD)
 	@$(FIGURES) sample --log $(BUILD)/figures --sample $(BUILD)/figure-sample.txt $(if $(FIGURE_SEED),--seed $(FIGURE_SEED))
-	@REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(BUILD)/figure-sample.txt REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
-	  $(MAKE) --no-print-directory repro-check > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
+	@$(MAKE) --no-print-directory repro-check REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
+	  REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(BUILD)/figure-sample.txt > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	$(FIGURES) check --log $(BUILD)/figures --recheck-log $(REPRO)/_build/figures --sample $(BUILD)/figure-sample.txt; \

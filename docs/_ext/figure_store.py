@@ -40,6 +40,9 @@ def report(app: Any, exception: Exception | None) -> None:
     missed = [path for path in sorted((log / "missed").glob("*.json")) if path.stat().st_mtime >= started]
     compiled = {path.stem for path in missed}
     from_store = sum(len(keys - compiled) for keys in reads.values())
+    if not reads and not compiled:
+        _LOGGER.info("figure store: no page that compiles for a target ran in this build")
+        return
     _LOGGER.info(f"figure store: {from_store} accelerator programs read from the store by the {len(reads)} "
                  f"pages that ran and compile for a target; {len(compiled)} compiled because the store "
                  f"lacks them{' (make test fails until `make figures` adds them)' if compiled else ''}")

@@ -19,6 +19,12 @@ NAMES = ["dots_saveable", "nothing_saveable"]
 ARGS = mlp_args(layers=3, n=64, d=32)
 
 
+@pytest.fixture(autouse=True)
+def no_figure_store(monkeypatch):
+    """These tests are about REMAT_GUIDE_CACHE_DIR, which keeps a target's figures where no figure store is set."""
+    monkeypatch.delenv("REMAT_GUIDE_FIGURES", raising=False)
+
+
 @pytest.fixture
 def compiles():
     """Counts jax.stages.Lowered.compile calls, from any thread."""
