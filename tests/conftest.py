@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from helpers import ROOT
+from remat_guide import _store as store
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +32,15 @@ def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Names the test file in the figure store's log of what it read or compiled (before its fixtures run)."""
-    os.environ["REMAT_GUIDE_PAGE"] = item.nodeid.split("::")[0]
+    """Names the test file in the figure store's log of what it read or compiled (before its fixtures run).
+
+    At a file's first test, what it read in an earlier run is forgotten (a file runs in one
+    process, and the processes its tests start append to the same record).
+    """
+    name = item.nodeid.split("::")[0]
+    if os.environ.get(store.PAGE_VARIABLE) != name:
+        os.environ[store.PAGE_VARIABLE] = name
+        store.start_page()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

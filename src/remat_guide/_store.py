@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "RECHECK_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
-           "digest", "entry_key", "figures_of", "load", "log", "program_name", "recheck_keys", "store_folder",
-           "write"]
+           "digest", "entry_key", "figures_of", "load", "log", "program_name", "recheck_keys", "start_page",
+           "store_folder", "write"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -142,22 +142,24 @@ def _safe(name: str) -> str:
 class Log:
     """A build's record of the store: the keys each page or test read, what it compiled, what it rechecked.
 
-    ``read/<who>.txt`` lists the keys that a page (or test file) read, rewritten when it runs
-    again; ``missed/<key>.json`` holds each entry compiled because the store lacked it (also
-    read back by later processes of the same build); ``rechecked/<key>.json`` says whether a
-    recompile matched the store.
+    ``read/<who>.txt`` lists the keys that a page (or test file) read, and the processes it
+    started, emptied by :meth:`start` when it runs again; ``missed/<key>.json`` holds each
+    entry compiled because the store lacked it (also read back by later processes of the same
+    build); ``rechecked/<key>.json`` says whether a recompile matched the store.
     """
 
     def __init__(self, folder: pathlib.Path) -> None:
         self.folder = folder
-        self._started: set[str] = set()
+
+    def start(self, who: str) -> None:
+        """Forgets what ``who`` read before: called as a page (or test file) starts to run, before it
+        or any process it starts reads the store."""
+        (self.folder / "read" / f"{_safe(who)}.txt").unlink(missing_ok=True)
 
     def read(self, key: str, who: str) -> None:
         path = self.folder / "read" / f"{_safe(who)}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
-        mode = "a" if who in self._started else "w"
-        self._started.add(who)
-        with open(path, mode, encoding="utf-8") as file:
+        with open(path, "a", encoding="utf-8") as file:
             file.write(f"{key}\n")
 
     def missed(self, entry: dict[str, Any]) -> None:
@@ -187,6 +189,13 @@ class Log:
 
 
 _LOGS: dict[str, Log] = {}
+
+
+def start_page() -> None:
+    """Empties the record of what the page or test file named by ``REMAT_GUIDE_PAGE`` read, as it starts to run."""
+    build_log, who = log(), os.environ.get(PAGE_VARIABLE, "")
+    if build_log is not None and who:
+        build_log.start(who)
 
 
 def log() -> Log | None:

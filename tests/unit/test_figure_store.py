@@ -1,6 +1,9 @@
 """The figure store: accelerator programs compiled once, read back by key, recorded when missing, checked."""
 
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -204,3 +207,14 @@ def test_without_a_store_target_figures_compile(tmp_path, monkeypatch):
         figures = target_figures(lowered, "h100", "cuda")
     assert len(compiles) == 1
     assert figures["memory"]["peak_memory_in_bytes"] == lowered.compile().memory_analysis().peak_memory_in_bytes
+
+
+def test_a_page_and_the_processes_it_starts_share_its_record(site_store):
+    """A child process (as a test starts one) adds to the page's record; only the page's start empties it."""
+    store.start_page()
+    child = "from remat_guide import _store as s; s.log().read('b' * 64, 'probe')"
+    subprocess.run([sys.executable, "-c", child], env=os.environ, check=True)
+    store.log().read("a" * 64, "probe")
+    assert store.Log(site_store / "log").reads() == {"probe": {"a" * 64, "b" * 64}}
+    store.start_page()
+    assert store.Log(site_store / "log").reads() == {}

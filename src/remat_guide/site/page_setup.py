@@ -6,6 +6,8 @@ import sys
 import types
 from typing import Any
 
+from remat_guide import _store as store
+
 # The site's plot style; svg.hashsalt fixes the ids that matplotlib would otherwise draw at random.
 PLOT_STYLE = {
     "svg.hashsalt": "remat-guide",
@@ -33,6 +35,10 @@ def load_ipython_extension(ipython: Any) -> None:
     tick labels, legends in readable type, and files without a date or random ids, so that
     they too are identical from build to build.
 
+    As the page starts, the figure store's record of what it read in an earlier build is
+    emptied (the build names the page in ``REMAT_GUIDE_PAGE``), so that it lists what this
+    run reads.
+
     Three things would otherwise change between builds:
 
     - Each cell's code is named ``<cell N>`` (N is its execution count) instead of a file
@@ -49,6 +55,7 @@ def load_ipython_extension(ipython: Any) -> None:
     Args:
         ipython: The running IPython shell.
     """
+    store.start_page()
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "flush_interval"):  # ipykernel's OutStream
             stream.flush_interval = 3600.0
