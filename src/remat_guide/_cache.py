@@ -20,8 +20,8 @@ import jax
 
 from remat_guide import _store as store
 
-__all__ = ["ENVIRONMENT_VARIABLE", "compile_unrun", "compiler_version", "figures", "instruction_counts",
-           "target_figures", "unrun_options"]
+__all__ = ["ENVIRONMENT_VARIABLE", "captured_stderr", "compile_unrun", "compiler_version", "figures",
+           "instruction_counts", "target_figures", "unrun_options"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
 
@@ -133,21 +133,28 @@ _LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\] ")
 
 
 @contextlib.contextmanager
-def _compiler_log() -> Iterator[list[str]]:
-    """Collects the lines of XLA's C++ log written to the process's stderr during the block, without their prefix."""
-    lines: list[str] = []
+def captured_stderr() -> Iterator[list[str]]:
+    """Keeps what C++ code writes to the process's stderr during the block out of sight.
+
+    Yields a list that holds that text once the block ends.
+    """
+    captured: list[str] = []
     with tempfile.TemporaryFile() as sink:
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
         try:
-            yield lines
+            yield captured
         finally:
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
-            text = sink.read().decode(errors="replace")
-            lines.extend(_LOG_PREFIX.sub("", line) for line in text.splitlines() if _LOG_PREFIX.match(line))
+            captured.append(sink.read().decode(errors="replace"))
+
+
+def _log_lines(text: str) -> list[str]:
+    """The lines of XLA's C++ log in ``text``, without their prefix."""
+    return [_LOG_PREFIX.sub("", line) for line in text.splitlines() if _LOG_PREFIX.match(line)]
 
 
 def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False) -> dict[str, Any]:
@@ -157,13 +164,13 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False) -
     XLA logged while compiling are kept too.
     """
     figures: dict[str, Any] = {"memory": None, "cost": None, "instructions": None}
-    with _compiler_log() if log else contextlib.nullcontext([]) as lines:
+    with captured_stderr() if log else contextlib.nullcontext([""]) as text:
         try:
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
         except jax.errors.JaxRuntimeError as error:
             figures["error"] = str(error)
     if log:
-        figures["log"] = lines
+        figures["log"] = _log_lines(text[0])
     if "error" in figures:
         return figures
     memory = compiled.memory_analysis()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -11,12 +10,12 @@ import mmap
 import os
 import pathlib
 import re
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import jax
 import numpy as np
+
+from remat_guide._cache import captured_stderr
 
 __all__ = ["TARGETS", "Target", "place", "target", "target_devices"]
 
@@ -126,25 +125,6 @@ def target(name: Any) -> Target:
     return TARGETS[name]
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[list[str]]:
-    """Keeps what C++ code prints to the process's stderr (libtpu's start-up notes) out of sight.
-
-    Yields a list that holds the text once the block ends, for an error message.
-    """
-    captured: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield captured
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            captured.append(sink.read().decode(errors="replace"))
-
-
 _GPU_CONFIG = re.compile(rb'device_description_str: "([^"\n]*)"')
 _GPU_MARKER = b"proto-message: stream_executor.GpuTargetConfigProto"
 
@@ -189,7 +169,7 @@ def _devices(name: str, count: int) -> tuple[Any, ...]:
         # libtpu takes a lock file so that one process at a time drives the machine's TPUs;
         # devices for compiling only drive none, and every build and test process may need them.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-        with _quiet_stderr() as noise:
+        with captured_stderr() as noise:
             try:
                 topology = topologies.get_topology_desc(platform="tpu",
                                                         topology_name=f"{chosen.topology}:{shapes[count]}")

@@ -218,3 +218,11 @@ def test_a_page_and_the_processes_it_starts_share_its_record(site_store):
     assert store.Log(site_store / "log").reads() == {"probe": {"a" * 64, "b" * 64}}
     store.start_page()
     assert store.Log(site_store / "log").reads() == {}
+
+
+def test_log_lines_are_kept_when_asked_for_and_keyed_apart(site_store):
+    plain = compile_ahead(lowered_for("h100"), "h100")
+    logged = compile_ahead(lowered_for("h100"), "h100", log=True)
+    assert plain.log == [] and isinstance(logged.log, list)
+    assert vars(plain.memory_analysis()) == vars(logged.memory_analysis())
+    assert len(store.Log(site_store / "log").reads()["probe"]) == 2
