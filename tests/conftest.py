@@ -37,10 +37,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     At a file's first test, what it read in an earlier run is forgotten (a file runs in one
     process, and the processes its tests start append to the same record).
     """
-    name = item.nodeid.split("::")[0]
-    if os.environ.get(store.PAGE_VARIABLE) != name:
-        os.environ[store.PAGE_VARIABLE] = name
-        store.start_page()
+    os.environ[store.PAGE_VARIABLE] = item.nodeid.split("::")[0]
+    store.start_page()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -191,11 +191,20 @@ class Log:
 _LOGS: dict[str, Log] = {}
 
 
+_STARTED_VARIABLE = "REMAT_GUIDE_PAGE_STARTED"
+
+
 def start_page() -> None:
-    """Empties the record of what the page or test file named by ``REMAT_GUIDE_PAGE`` read, as it starts to run."""
+    """Empties the record of what the page or test file named by ``REMAT_GUIDE_PAGE`` read, as it starts to run.
+
+    Once per page: a process that the page (or test) started, a notebook's kernel too, inherits
+    the mark and adds to the same record.
+    """
     build_log, who = log(), os.environ.get(PAGE_VARIABLE, "")
-    if build_log is not None and who:
-        build_log.start(who)
+    if build_log is None or not who or os.environ.get(_STARTED_VARIABLE) == who:
+        return
+    os.environ[_STARTED_VARIABLE] = who
+    build_log.start(who)
 
 
 def log() -> Log | None:

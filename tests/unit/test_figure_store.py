@@ -29,6 +29,7 @@ def site_store(tmp_path, monkeypatch):
     monkeypatch.setenv(store.LOG_VARIABLE, str(tmp_path / "log"))
     monkeypatch.setenv(store.PAGE_VARIABLE, "probe")
     monkeypatch.delenv(store.RECHECK_VARIABLE, raising=False)
+    monkeypatch.delenv("REMAT_GUIDE_PAGE_STARTED", raising=False)
     monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
     store.load.cache_clear()
     yield tmp_path
@@ -212,11 +213,17 @@ def test_without_a_store_target_figures_compile(tmp_path, monkeypatch):
 def test_a_page_and_the_processes_it_starts_share_its_record(site_store):
     """A child process (as a test starts one) adds to the page's record; only the page's start empties it."""
     store.start_page()
-    child = "from remat_guide import _store as s; s.log().read('b' * 64, 'probe')"
+    # The child starts 'its' page too, as a notebook's kernel does: the record is the parent's.
+    child = "from remat_guide import _store as s; s.start_page(); s.log().read('b' * 64, 'probe')"
     subprocess.run([sys.executable, "-c", child], env=os.environ, check=True)
     store.log().read("a" * 64, "probe")
     assert store.Log(site_store / "log").reads() == {"probe": {"a" * 64, "b" * 64}}
+    store.start_page()  # the same page, still running
+    assert store.Log(site_store / "log").reads() == {"probe": {"a" * 64, "b" * 64}}
+    os.environ["REMAT_GUIDE_PAGE"] = "another"
     store.start_page()
+    os.environ["REMAT_GUIDE_PAGE"] = "probe"
+    store.start_page()  # the page runs again
     assert store.Log(site_store / "log").reads() == {}
 
 
