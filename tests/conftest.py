@@ -1,4 +1,4 @@
-"""Fixtures of the tests that read the built site, and the hook that marks those tests."""
+"""Fixtures of the tests that read the built site, the hook that marks those tests, and names for the figure store."""
 
 import os
 import pathlib
@@ -30,15 +30,23 @@ def built_page(site_dir: pathlib.Path) -> Callable[[str], str]:
     return read
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Names the test file in the figure store's log of what it read or compiled (before its fixtures run).
+class _NameTheTestFile:
+    """Names each test's file in the figure store's log of what it read or compiled (before its fixtures run).
 
-    At a file's first test, what it read in an earlier run is forgotten (a file runs in one
-    process, and the processes its tests start append to the same record).
+    At a file's first test, what it read in an earlier run is forgotten: a file runs in one
+    process (`make` runs pytest with ``--dist loadfile``), and the processes its tests start add
+    to the same record. Registered as a plugin,
+    not as a hook of this folder, so that the doctests of src/ and docs/_ext/ are named too.
     """
-    os.environ[store.PAGE_VARIABLE] = item.nodeid.split("::")[0]
-    store.start_page()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        os.environ[store.PAGE_VARIABLE] = item.nodeid.split("::")[0]
+        store.start_page()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_NameTheTestFile(), "remat-guide-name-the-test-file")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
