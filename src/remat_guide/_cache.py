@@ -99,11 +99,7 @@ def _put(cache_key: str | None, figures: Any) -> None:
     folder = _folder()
     if cache_key is None or folder is None:
         return
-    path = folder / cache_key[:2] / f"{cache_key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as file:
-        json.dump(figures, file)
-    os.replace(file.name, path)
+    store.write_json(folder / cache_key[:2] / f"{cache_key}.json", figures)
 
 
 def figures(kind: str, compiler: str, lowered: Any, compute: Callable[[], Any]) -> Any:
@@ -216,14 +212,15 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     a store, the figures are kept in the ``REMAT_GUIDE_CACHE_DIR`` cache, if one is set.
     """
     options = dict(options or {})
-    folder = store.store_folder()
-    if folder is None:
-        return _raise_error(figures("compiled", target, lowered, lambda: _compile_figures(lowered, options, log)))
-    text = lowered.as_text()
-    compiler = compiler_version(platform)
     settings = _settings(options)
     if log:
         settings["log"] = True
+    folder = store.store_folder()
+    if folder is None:
+        kind = f"compiled {json.dumps(settings, sort_keys=True)}"
+        return _raise_error(figures(kind, target, lowered, lambda: _compile_figures(lowered, options, log)))
+    text = lowered.as_text()
+    compiler = compiler_version(platform)
     key = store.entry_key(target, compiler, settings, text)
     build_log = store.log()
     who = os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"

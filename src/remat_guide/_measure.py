@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import numbers
+import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -283,16 +284,10 @@ _TARGET_FLOPS: dict[str, dict[str, int]] = {}
 _TARGET_FLOPS_KEPT = 256
 
 
-def _memory(compiled: Any) -> dict[str, int]:
-    memory = compiled.memory_analysis()
+def _memory(memory: Any) -> dict[str, int]:
+    """The memory figures of a row, from ``memory_analysis()`` (or its sizes as attributes)."""
     return {"temp_bytes": memory.temp_size_in_bytes, "peak_bytes": memory.peak_memory_in_bytes,
             "host_bytes": memory.host_temp_size_in_bytes}
-
-
-def _target_memory(sizes: dict[str, int]) -> dict[str, int]:
-    """The memory figures of a target's program, from its ``memory_analysis()`` sizes."""
-    return {"temp_bytes": sizes["temp_size_in_bytes"], "peak_bytes": sizes["peak_memory_in_bytes"],
-            "host_bytes": sizes["host_temp_size_in_bytes"]}
 
 
 def _local_figures(lowered: Any) -> dict[str, int]:
@@ -301,7 +296,7 @@ def _local_figures(lowered: Any) -> dict[str, int]:
     def compute() -> dict[str, int]:
         compiled = cache.compile_unrun(lowered)
         flops = count_flops(compiled)
-        return {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled)}
+        return {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled.memory_analysis())}
 
     return cache.figures("figures", jax.default_backend(), lowered, compute)
 
@@ -319,7 +314,7 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
     compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
                                     cache.unrun_options(chosen.platform))
-    return {**_TARGET_FLOPS[text], **_target_memory(compiled["memory"])}
+    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"]))}
 
 
 def _measurement(figures: dict[str, int], residual_bytes: int) -> Measurement:

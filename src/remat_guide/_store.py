@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "RECHECK_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
            "digest", "entry_key", "figures_of", "load", "log", "program_name", "recheck_keys", "start_page",
-           "store_folder", "write"]
+           "store_folder", "write", "write_json"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -127,7 +127,7 @@ def write(folder: pathlib.Path, entries: Iterable[dict[str, Any]]) -> None:
         (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _write_json(path: pathlib.Path, value: Any) -> None:
+def write_json(path: pathlib.Path, value: Any) -> None:
     """Writes ``value`` to ``path`` whole or not at all; several processes may write at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as file:
@@ -163,7 +163,7 @@ class Log:
             file.write(f"{key}\n")
 
     def missed(self, entry: dict[str, Any]) -> None:
-        _write_json(self.folder / "missed" / f"{entry['key']}.json", entry)
+        write_json(self.folder / "missed" / f"{entry['key']}.json", entry)
 
     def find_missed(self, key: str) -> dict[str, Any] | None:
         try:
@@ -172,7 +172,7 @@ class Log:
             return None
 
     def rechecked(self, key: str, result: dict[str, Any]) -> None:
-        _write_json(self.folder / "rechecked" / f"{key}.json", result)
+        write_json(self.folder / "rechecked" / f"{key}.json", result)
 
     def all_missed(self) -> list[dict[str, Any]]:
         return [json.loads(path.read_text(encoding="utf-8"))
@@ -186,9 +186,6 @@ class Log:
         """The keys read, by who read them."""
         return {path.stem: set(path.read_text(encoding="utf-8").split())
                 for path in sorted((self.folder / "read").glob("*.txt"))}
-
-
-_LOGS: dict[str, Log] = {}
 
 
 _STARTED_VARIABLE = "REMAT_GUIDE_PAGE_STARTED"
@@ -210,11 +207,7 @@ def start_page() -> None:
 def log() -> Log | None:
     """This process's log, in the folder ``REMAT_GUIDE_FIGURES_LOG`` names; ``None`` when it is unset."""
     value = os.environ.get(LOG_VARIABLE, "")
-    if not value:
-        return None
-    if value not in _LOGS:
-        _LOGS[value] = Log(pathlib.Path(value))
-    return _LOGS[value]
+    return Log(pathlib.Path(value)) if value else None
 
 
 @functools.cache

@@ -233,3 +233,16 @@ def test_log_lines_are_kept_when_asked_for_and_keyed_apart(site_store):
     assert plain.log == [] and isinstance(logged.log, list)
     assert vars(plain.memory_analysis()) == vars(logged.memory_analysis())
     assert len(store.Log(site_store / "log").reads()["probe"]) == 2
+
+
+def test_without_a_store_the_cache_keeps_each_setting_apart(tmp_path, monkeypatch):
+    """REMAT_GUIDE_CACHE_DIR keys a target's figures by the options and the log too, as the store does."""
+    monkeypatch.delenv(store.STORE_VARIABLE, raising=False)
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    lowered = lowered_for("h100")
+    assert "log" not in target_figures(lowered, "h100", "cuda")
+    assert isinstance(target_figures(lowered, "h100", "cuda", log=True)["log"], list)
+    with counting_compiles() as compiles:
+        target_figures(lowered, "h100", "cuda", {"xla_gpu_autotune_level": 0})
+        target_figures(lowered, "h100", "cuda", log=True)
+    assert len(compiles) == 1  # the new options compile; the log's entry is read back
