@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 
+from remat_guide import _roofline as roofline
 from remat_guide import _store as store
 
 __all__ = ["ENVIRONMENT_VARIABLE", "captured_stderr", "compile_unrun", "compiler_version", "figures",
@@ -153,11 +154,14 @@ def _log_lines(text: str) -> list[str]:
     return [_LOG_PREFIX.sub("", line) for line in text.splitlines() if _LOG_PREFIX.match(line)]
 
 
-def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False) -> dict[str, Any]:
+def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
+                     platform: str = "") -> dict[str, Any]:
     """What XLA produced for a program: every ``memory_analysis()`` size, ``cost_analysis()``, its instructions.
 
-    A program the compiler refuses gives its error message instead; with ``log``, the lines
-    XLA logged while compiling are kept too.
+    For a GPU (``platform="cuda"``), also its kernels' matmul FLOPs and bytes, which the
+    step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
+    compiler refuses gives its error message instead; with ``log``, the lines XLA logged
+    while compiling are kept too.
     """
     figures: dict[str, Any] = {"memory": None, "cost": None, "instructions": None}
     with captured_stderr() if log else contextlib.nullcontext([""]) as text:
@@ -174,7 +178,10 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False) -
                          if not name.startswith("_") and isinstance(getattr(memory, name), int)}
     cost = compiled.cost_analysis()
     figures["cost"] = None if cost is None else {k: float(v) for k, v in sorted(cost.items())}
-    figures["instructions"] = instruction_counts(compiled.as_text())
+    text = compiled.as_text()
+    figures["instructions"] = instruction_counts(text)
+    if platform == "cuda":
+        figures["kernels"] = roofline.kernels(text)
     return figures
 
 
@@ -199,7 +206,8 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
 
     Returns ``{"memory": {...}, "cost": {...} or None, "instructions": {...}}``: every size
     of ``memory_analysis()``, ``cost_analysis()`` and the count of each HLO instruction of
-    the compiled program. ``options`` are passed to ``lowered.compile``. With ``log``, also
+    the compiled program; on a GPU also ``"kernels"`` (see ``remat_guide._roofline``).
+    ``options`` are passed to ``lowered.compile``. With ``log``, also
     ``"log"``: the lines XLA's C++ code logged while compiling. A program the compiler
     refuses raises ``jax.errors.JaxRuntimeError`` with the compiler's message, as
     ``lowered.compile()`` does.
@@ -218,25 +226,28 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     folder = store.store_folder()
     if folder is None:
         kind = f"compiled {json.dumps(settings, sort_keys=True)}"
-        return _raise_error(figures(kind, target, lowered, lambda: _compile_figures(lowered, options, log)))
+        return _raise_error(figures(kind, target, lowered,
+                                   lambda: _compile_figures(lowered, options, log, platform)))
     text = lowered.as_text()
     compiler = compiler_version(platform)
     key = store.entry_key(target, compiler, settings, text)
     build_log = store.log()
     who = os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"
     entry = store.load(folder).get(key) if folder.is_dir() else None
+    if entry is not None and platform == "cuda" and not {"kernels", "error"} & entry.keys():
+        entry = None  # kept before the store held a GPU program's kernels: compiled again, as a miss
     if entry is None and build_log is not None:
         entry = build_log.find_missed(key)
     if entry is None:
         entry = {"key": key, "target": target, "compiler": compiler, "options": settings,
-                 "program": store.program_name(text), **_compile_figures(lowered, options, log)}
+                 "program": store.program_name(text), **_compile_figures(lowered, options, log, platform)}
         entry["check"] = store.digest(entry)
         if build_log is not None:
             build_log.missed({**entry, "where": who})
     else:
         recheck = store.recheck_keys()
         if build_log is not None and (recheck == "all" or key in recheck):
-            again = _compile_figures(lowered, options, log)
+            again = _compile_figures(lowered, options, log, platform)
             stored = store.figures_of(entry)
             build_log.rechecked(key, {
                 "target": target, "program": entry["program"], "where": who, "same": again == stored,

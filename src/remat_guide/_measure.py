@@ -23,7 +23,7 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
-from remat_guide.targets import Target, place, target
+from remat_guide.targets import Target, estimate_step, place, target
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "standard_policy",
@@ -253,7 +253,8 @@ def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, ta
 class Measurement:
     """What compiling one program gives: residual and memory bytes, true and reported FLOPs.
 
-    With a target, the memory figures are the target's and the FLOPs the local program's.
+    With a target, the memory figures and the step-time estimate are the target's, the
+    FLOPs the local program's.
     """
 
     residual_bytes: int
@@ -262,6 +263,10 @@ class Measurement:
     reported_flops: int
     peak_bytes: int
     host_bytes: int
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    step_seconds: float | None
 
 
 def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
@@ -287,7 +292,8 @@ _TARGET_FLOPS_KEPT = 256
 def _memory(memory: Any) -> dict[str, int]:
     """The memory figures of a row, from ``memory_analysis()`` (or its sizes as attributes)."""
     return {"temp_bytes": memory.temp_size_in_bytes, "peak_bytes": memory.peak_memory_in_bytes,
-            "host_bytes": memory.host_temp_size_in_bytes}
+            "host_bytes": memory.host_temp_size_in_bytes, "argument_bytes": memory.argument_size_in_bytes,
+            "output_bytes": memory.output_size_in_bytes, "alias_bytes": memory.alias_size_in_bytes}
 
 
 def _local_figures(lowered: Any) -> dict[str, int]:
@@ -314,12 +320,14 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
     compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
                                     cache.unrun_options(chosen.platform))
-    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"]))}
+    seconds = None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
+    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])), "step_seconds": seconds}
 
 
-def _measurement(figures: dict[str, int], residual_bytes: int) -> Measurement:
+def _measurement(figures: dict[str, Any], residual_bytes: int) -> Measurement:
     return Measurement(residual_bytes, figures["temp_bytes"], figures["flops"], figures["reported_flops"],
-                       figures["peak_bytes"], figures["host_bytes"])
+                       figures["peak_bytes"], figures["host_bytes"], figures["argument_bytes"],
+                       figures["output_bytes"], figures["alias_bytes"], figures.get("step_seconds"))
 
 
 def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:

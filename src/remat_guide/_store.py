@@ -66,7 +66,8 @@ def program_name(text: str) -> str:
 
 def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
     """The compiler's output in an entry: what a recompile must reproduce exactly."""
-    return {field: entry[field] for field in ("memory", "cost", "instructions", "error", "log") if field in entry}
+    fields = ("memory", "cost", "instructions", "kernels", "error", "log")
+    return {field: entry[field] for field in fields if field in entry}
 
 
 def digest(entry: dict[str, Any]) -> str:

@@ -1,8 +1,9 @@
-"""Measure every checkpoint policy on a model (memory, true FLOPs) and pick one under a budget."""
+"""Measure every checkpoint policy on a model (memory, true FLOPs, step time on a GPU) and pick one under a budget."""
 
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from remat_guide._measure import (
     trace_policy,
 )
 from remat_guide.tables import Table
-from remat_guide.targets import target
+from remat_guide.targets import device_bytes, target
 
 #: The caption of a comparison whose two FLOP counts differ.
 LOOP_CAPTION = ("XLA-reported FLOPs count a loop's body once; true FLOPs count every "
@@ -70,16 +71,25 @@ class PolicyRow:
         compiled: How many policies :func:`plan_names` compiled to find this row (one
             ``jax.jit(jax.grad)`` program each, counted even when ``REMAT_GUIDE_CACHE_DIR``
             gave its figures); 0 in the rows of :func:`compare_policies`.
-        peak_bytes: XLA's ``memory_analysis().peak_memory_in_bytes`` of the program:
-            the most device memory live at once, arguments and outputs included, on a TPU
-            or GPU target. On the CPU it counts only the arguments and outputs, the same
-            for every policy, so there ``temp_bytes`` is the figure that moves.
+        peak_bytes: XLA's ``memory_analysis().peak_memory_in_bytes`` of the program, its
+            own figure. On a TPU target it decides the fit (see ``device_bytes``); on a
+            GPU target it is not the device's real peak (an H200 measured it 36% too high
+            for a program that offloads); on the CPU it counts only the arguments and
+            outputs, the same for every policy.
         host_bytes: Host memory the program uses for values it offloads
             (``memory_analysis().host_temp_size_in_bytes``); 0 when nothing is offloaded.
-        target: The accelerator whose compiler produced ``temp_bytes``, ``peak_bytes``
-            and ``host_bytes`` (a name from :data:`remat_guide.targets.TARGETS`), compiled
+        target: The accelerator whose compiler produced the memory figures and
+            ``step_seconds`` (a name from :data:`remat_guide.targets.TARGETS`), compiled
             ahead of time on this machine, no device run; ``None`` for this machine's own
             backend. The FLOPs are always those of the program compiled for this machine.
+        argument_bytes: ``memory_analysis().argument_size_in_bytes``.
+        output_bytes: ``memory_analysis().output_size_in_bytes``.
+        alias_bytes: ``memory_analysis().alias_size_in_bytes``: outputs that reuse an
+            argument's buffer (donated arguments).
+        step_seconds: On a GPU target, the estimated time of one run of the program
+            (:func:`remat_guide.targets.estimate_step`: a roofline of the compiled
+            program plus its host transfers); ``None`` on the CPU and on TPU targets,
+            where nothing is estimated.
 
     Raises:
         TypeError: If a field has the wrong type (``policy`` must be callable or None).
@@ -98,23 +108,33 @@ class PolicyRow:
     peak_bytes: int = 0
     host_bytes: int = 0
     target: str | None = None
+    argument_bytes: int = 0
+    output_bytes: int = 0
+    alias_bytes: int = 0
+    step_seconds: float | None = None
 
     @property
     def device_bytes(self) -> int:
         """The figure that decides whether the program fits on its device.
 
-        ``peak_bytes`` for a TPU or GPU target (the whole program's peak, arguments and
-        outputs included); ``temp_bytes`` for this machine's CPU, where XLA's peak counts
-        only the arguments and outputs and so does not depend on the policy.
+        On a GPU target, arguments + outputs + temporary memory - aliased bytes (what an
+        H200's allocator really held); on a TPU target, ``peak_bytes`` (what the TPU
+        compiler holds against the chip's memory); on this machine's CPU, ``temp_bytes``
+        (XLA's CPU peak counts only the arguments and outputs). See
+        :func:`remat_guide.targets.device_bytes`.
         """
-        return self.temp_bytes if self.target is None else self.peak_bytes
+        return device_bytes(types.SimpleNamespace(
+            argument_size_in_bytes=self.argument_bytes, output_size_in_bytes=self.output_bytes,
+            alias_size_in_bytes=self.alias_bytes, temp_size_in_bytes=self.temp_bytes,
+            peak_memory_in_bytes=self.peak_bytes), self.target)
 
     def __post_init__(self) -> None:
         validation.string(self.name, "PolicyRow.name")
         if self.policy is not None and not callable(self.policy):
             raise TypeError(f"PolicyRow.policy must be a policy (callable) or None, got "
                             f"{type(self.policy).__name__}")
-        for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops", "peak_bytes", "host_bytes"):
+        for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops", "peak_bytes", "host_bytes",
+                      "argument_bytes", "output_bytes", "alias_bytes"):
             value = validation.integer(getattr(self, field), f"PolicyRow.{field}", minimum=0)
             object.__setattr__(self, field, value)
         ratio = self.flops_ratio
@@ -126,6 +146,13 @@ class PolicyRow:
                            validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
         if self.target is not None:
             object.__setattr__(self, "target", target(self.target).name)
+        seconds = self.step_seconds
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise TypeError(f"PolicyRow.step_seconds must be a number or None, got {type(seconds).__name__}")
+            if not seconds >= 0:
+                raise ValueError(f"PolicyRow.step_seconds must not be negative, got {seconds}")
+            object.__setattr__(self, "step_seconds", float(seconds))
 
 
 def _policy_rows(rows: Any) -> list[PolicyRow]:
@@ -160,7 +187,8 @@ class Comparison(list[PolicyRow]):
         Returns:
             A DataFrame with the columns ``policy``, ``residual_bytes``, ``temp_bytes``,
             ``flops``, ``reported_flops`` and ``flops_ratio``; when rows were compiled for
-            a target, also ``target``, ``peak_bytes`` and ``host_bytes``.
+            a target, also ``target``, ``device_bytes`` (the figure that decides the fit),
+            ``peak_bytes`` and ``host_bytes``, and on a GPU target ``step_seconds``.
 
         Examples:
             >>> from remat_guide import PolicyRow
@@ -177,17 +205,22 @@ class Comparison(list[PolicyRow]):
                      "flops_ratio"])
         if any(row.target is not None for row in self):
             frame.insert(2, "target", [row.target for row in self])
-            frame.insert(3, "peak_bytes", [row.peak_bytes for row in self])
-            frame.insert(5, "host_bytes", [row.host_bytes for row in self])
+            frame.insert(3, "device_bytes", [row.device_bytes for row in self])
+            frame.insert(4, "peak_bytes", [row.peak_bytes for row in self])
+            frame.insert(6, "host_bytes", [row.host_bytes for row in self])
+            if any(row.step_seconds is not None for row in self):
+                frame["step_seconds"] = [row.step_seconds for row in self]
         return frame
 
     def table(self) -> Table:
         """The rows as a :class:`~remat_guide.tables.Table`, with readable headers and units.
 
         Where XLA's own FLOP count differs from the true one (a loop's body counted once),
-        the table's caption says why.
+        the table's caption says why. On a target, the memory that decides the fit comes
+        first, then XLA's own peak and temporary memory; on a GPU target, the estimated
+        step time and its ratio to the baseline's close the row.
 
-        The ratio's header names the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
+        The ratios' headers name the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
         loss_for(None)`` when the rows hold a baseline labelled so.
         """
         baseline = CHECKPOINTED_BASELINE if any(row.name == CHECKPOINTED_BASELINE and row.policy is None
@@ -195,15 +228,23 @@ class Comparison(list[PolicyRow]):
         ratio = f"FLOPs vs {baseline}"
         frame = self.to_pandas().rename(columns={
             "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
-            "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio, "peak_bytes": "device peak",
-            "host_bytes": "host (offloaded)"})
+            "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio, "device_bytes": "device memory",
+            "peak_bytes": "XLA peak", "host_bytes": "host (offloaded)", "step_seconds": "est. step time"})
         units = {"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops", "XLA-reported FLOPs": "flops",
                  ratio: "ratio"}
         if "target" in frame.columns:
             # The FLOPs are the CPU program's: say so, and leave out what XLA reports for it.
             frame = frame.drop(columns="XLA-reported FLOPs").rename(columns={"true FLOPs": "FLOPs (CPU program)"})
-            units = {"residuals": "bytes", "device peak": "bytes", "XLA temp": "bytes", "host (offloaded)": "bytes",
-                     "FLOPs (CPU program)": "flops", ratio: "ratio"}
+            units = {"residuals": "bytes", "device memory": "bytes", "XLA peak": "bytes", "XLA temp": "bytes",
+                     "host (offloaded)": "bytes", "FLOPs (CPU program)": "flops", ratio: "ratio"}
+            if "est. step time" in frame.columns:
+                units["est. step time"] = "seconds"
+                base = next((row.step_seconds for row in self if row.name == baseline and row.policy is None), None)
+                if base:
+                    time_ratio = f"time vs {baseline}"
+                    frame[time_ratio] = [None if row.step_seconds is None else row.step_seconds / base
+                                         for row in self]
+                    units[time_ratio] = "ratio"
             if frame["target"].nunique() == 1:
                 frame = frame.drop(columns="target")
             return Table(frame, units=units)
@@ -225,7 +266,9 @@ def row_of(program: Program, m: Measurement, base_flops: int, inputs: Inputs) ->
     return PolicyRow(program.label, program.policy, m.residual_bytes, m.temp_bytes, m.flops, m.reported_flops,
                      m.flops / base_flops if base_flops else float("nan"), inputs.per_device,
                      peak_bytes=m.peak_bytes, host_bytes=m.host_bytes,
-                     target=None if inputs.target is None else inputs.target.name)
+                     target=None if inputs.target is None else inputs.target.name,
+                     argument_bytes=m.argument_bytes, output_bytes=m.output_bytes, alias_bytes=m.alias_bytes,
+                     step_seconds=m.step_seconds)
 
 
 def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
@@ -297,9 +340,10 @@ def compare_policies(
             Unsharded arguments are placed on one device of it; sharded ones keep their
             specs on a mesh of the same shape over its devices (see
             :func:`remat_guide.targets.place`). The rows' memory figures (``temp_bytes``,
-            ``peak_bytes``, ``host_bytes``) are then that compiler's buffer assignment,
-            not a run; their FLOPs are those of the same gradient compiled for this
-            machine. XLA's TPU compiler comes with ``pip install 'remat-guide[tpu]'``,
+            ``peak_bytes``, ``host_bytes``, ...) are then that compiler's buffer
+            assignment, not a run, and on a GPU ``step_seconds`` an estimate from the
+            program compiled for it; their FLOPs are those of the same gradient compiled
+            for this machine. XLA's TPU compiler comes with ``pip install 'remat-guide[tpu]'``,
             its GPU compiler with ``pip install 'remat-guide[gpu]'`` (and
             ``JAX_PLATFORMS=cpu`` on a machine without an NVIDIA driver).
 
@@ -372,6 +416,17 @@ def compare_policies(
         [('tpu-v5e', True), ('tpu-v5e', True)]
         >>> rows[1].peak_bytes < rows[0].peak_bytes
         True
+
+        On an NVIDIA GPU, arguments + outputs + temporary memory decide, and every row has
+        an estimated step time (:func:`remat_guide.targets.estimate_step`):
+
+        >>> rows = compare_policies(mlp_scan_loss, *mlp_args(8, 64, 32), target="h100",
+        ...                         policies=["nothing_saveable"])
+        >>> row = rows[1]
+        >>> row.device_bytes == row.argument_bytes + row.output_bytes + row.temp_bytes - row.alias_bytes
+        True
+        >>> row.step_seconds > 0
+        True
     """
     validation.callable_arg(loss_for, "loss_for")
     inputs = check_inputs(args, argnums, kwargs, has_aux, target)
@@ -393,17 +448,24 @@ def recommend_policy(
     kwargs: Mapping[str, Any] | None = None,
     target: str | None = None,
 ) -> PolicyRow:
-    """The cheapest policy whose compiled memory fits a budget, on this machine or an accelerator.
+    """The policy that fits a memory budget and, of those, runs fastest by estimate (fewest FLOPs off a GPU).
 
     The candidates are the rows of :func:`compare_policies` (compiled, not estimated):
     either ``loss_for`` and its arguments are given and every candidate is measured
     here, or the rows of an earlier :func:`compare_policies` (or :func:`plan_names`)
-    are given as ``rows``, and nothing is compiled again. Among the rows whose
-    ``device_bytes`` is at most ``budget_bytes``, the one with the fewest FLOPs wins; on
-    a tie, the one using less memory. ``device_bytes`` is the figure that decides the
-    fit on the rows' backend: the temporary memory on this machine's CPU, the whole
-    program's peak (arguments and outputs included) on a TPU or GPU ``target``. The
-    row's ``policy`` is the object to pass to ``jax.checkpoint``; ``None`` means the
+    are given as ``rows``, and nothing is compiled again. A row fits when its
+    ``device_bytes`` is at most ``budget_bytes``: arguments + outputs + temporary memory
+    - aliased bytes on a GPU target, XLA's peak on a TPU target, the temporary memory
+    on this machine's CPU. Of the rows that fit, on a GPU target the one with the least
+    estimated step time (``step_seconds``) is chosen; elsewhere, where no time is
+    estimated, the one with the fewest FLOPs, which says what is recomputed, not how
+    long a step takes. A tie goes to the one using less memory.
+
+    On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
+    H200 the temporary memory with autotuning was up to 10% above the figure compiled
+    ahead of time (without it). Leave that margin out of ``budget_bytes`` for a GPU.
+
+    The row's ``policy`` is the object to pass to ``jax.checkpoint``; ``None`` means the
     loss that ``loss_for(None)`` returns, which uses no checkpoint when the row is named
     ``"no checkpoint"`` (see :func:`compare_policies` for a baseline that still
     checkpoints). With sharded arguments the rows are per device, so ``budget_bytes`` is
@@ -486,12 +548,18 @@ def recommend_policy(
             f"no policy fits budget_bytes={budget_bytes}: the smallest {memory_figure(smallest)} is "
             f"{smallest.device_bytes} bytes, with {smallest.name}"
         )
+    if all(row.step_seconds is not None for row in fitting):
+        return min(fitting, key=lambda row: (row.step_seconds, row.device_bytes))
     return min(fitting, key=lambda row: (row.flops, row.device_bytes))
 
 
 def memory_figure(row: PolicyRow) -> str:
     """What ``row.device_bytes`` counts, in words, for messages."""
-    return "temporary memory" if row.target is None else f"device peak on {row.target}"
+    if row.target is None:
+        return "temporary memory"
+    if target(row.target).platform == "tpu":
+        return f"XLA peak on {row.target}"
+    return f"device memory (arguments + outputs + temp) on {row.target}"
 
 
 def policy_table(rows: Iterable[PolicyRow]) -> Table:

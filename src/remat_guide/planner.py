@@ -25,7 +25,7 @@ from remat_guide._measure import (
 )
 from remat_guide.compare import PolicyRow, memory_figure, row_of
 
-__all__ = ["KEEP", "OFFLOAD", "RECOMPUTE", "NamePlan", "pick", "plan_label", "plan_names", "plan_policy"]
+__all__ = ["KEEP", "OFFLOAD", "RECOMPUTE", "NamePlan", "cost", "pick", "plan_label", "plan_names", "plan_policy"]
 
 KEEP, OFFLOAD, RECOMPUTE = "keep", "offload", "recompute"
 """The three answers :func:`plan_names` gives a name."""
@@ -35,6 +35,12 @@ KEEP, OFFLOAD, RECOMPUTE = "keep", "offload", "recompute"
 _ARGUMENTS = ("arguments",)
 _BASELINE = ("baseline",)
 _FIGURES = ("flops", "device_bytes", "host_bytes")
+"""What a plan's prediction adds up; the first is replaced by ``step_seconds`` on a GPU target."""
+
+
+def cost(row: PolicyRow) -> float:
+    """What the planner minimises for a row: its estimated step time on a GPU target, else its FLOPs."""
+    return row.flops if row.step_seconds is None else row.step_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,9 +162,10 @@ def pick(rows: Iterable[PolicyRow], budget_bytes: int, host_budget_bytes: int | 
     """The row :func:`~remat_guide.plan_names` prefers among ``rows``: its objective, on rows already measured.
 
     Of the rows that fit (``device_bytes <= budget_bytes`` and, with a host budget,
-    ``host_bytes <= host_budget_bytes``), those whose FLOPs are within ``flops_tolerance``
-    of the fewest are equal; of them, the fewest host bytes, then the least device memory,
-    then the fewest FLOPs, then the name, decide.
+    ``host_bytes <= host_budget_bytes``), those whose :func:`cost` (the estimated step
+    time on a GPU target, FLOPs elsewhere) is within ``flops_tolerance`` of the least are
+    equal; of them, the fewest host bytes, then the least device memory, then the least
+    cost, then the name, decide.
 
     Returns:
         The row, or ``None`` when none fits.
@@ -166,18 +173,18 @@ def pick(rows: Iterable[PolicyRow], budget_bytes: int, host_budget_bytes: int | 
     Examples:
         >>> from remat_guide import PolicyRow
         >>> from remat_guide.planner import pick
-        >>> keep = PolicyRow("keep", None, 0, 0, 10**6, 10**6, 1.0, peak_bytes=90, target="h100")
-        >>> offload = PolicyRow("offload", None, 0, 0, 10**6 - 99, 10**6 - 99, 1.0, peak_bytes=60,
-        ...                     host_bytes=30, target="h100")
+        >>> keep = PolicyRow("keep", None, 0, 90, 10**6, 10**6, 1.0, target="h100", step_seconds=0.010)
+        >>> offload = PolicyRow("offload", None, 0, 60, 10**6, 10**6, 1.0, host_bytes=30, target="h100",
+        ...                     step_seconds=0.013)
         >>> pick([keep, offload], 100).name, pick([keep, offload], 80).name
         ('keep', 'offload')
     """
     fitting = [row for row in rows if _fits(row, budget_bytes, host_budget_bytes)]
     if not fitting:
         return None
-    fewest = min(row.flops for row in fitting)
-    equal = [row for row in fitting if row.flops <= fewest * (1 + flops_tolerance)]
-    return min(equal, key=lambda row: (row.host_bytes, row.device_bytes, row.flops, row.name))
+    least = min(cost(row) for row in fitting)
+    equal = [row for row in fitting if cost(row) <= least * (1 + flops_tolerance)]
+    return min(equal, key=lambda row: (row.host_bytes, row.device_bytes, cost(row), row.name))
 
 
 def plan_names(
@@ -207,11 +214,15 @@ def plan_names(
 
     The objective: of the plans, the baseline and the standard policies of
     ``STANDARD_POLICIES`` whose compiled device memory fits ``budget_bytes`` (and whose
-    host memory fits ``host_budget_bytes``, if given), those with the fewest true FLOPs;
-    FLOPs within ``flops_tolerance`` (0.5%) of the fewest count as equal: keeping and
+    host memory fits ``host_budget_bytes``, if given), those of least cost
+    (:func:`remat_guide.planner.cost`). On a GPU target the cost is the estimated step
+    time (``step_seconds``), in which an offloaded value costs its trip to host memory
+    and back; on a TPU target and on this machine, where no time is estimated, it is
+    the true FLOPs, which say what is recomputed but not how long a step takes. Costs
+    within ``flops_tolerance`` (0.5%) of the least count as equal: keeping and
     offloading the same value recompute the same matmuls, but XLA fuses the two programs
     differently, and their elementwise FLOPs can differ by a few tenths of a percent.
-    Among equal FLOPs, the fewest offloaded bytes, then the least device memory
+    Among equal costs, the fewest offloaded bytes, then the least device memory
     (:func:`remat_guide.planner.pick`).
 
     The search compiles few of the ``3 ** len(names)`` plans:
@@ -220,33 +231,33 @@ def plan_names(
        it alone and the one that offloads it alone (recomputing everything is
        ``nothing_saveable``); then the plans that keep every name and that offload every
        name, where the names' effects interact the most.
-    2. Predict every other plan's FLOPs, device and host bytes by adding up the single
+    2. Predict every other plan's cost, device and host bytes by adding up the single
        names' effects, each against recomputing everything.
     3. Of the plans that could still beat the best plan compiled so far, compile the one
-       the objective would choose if the predictions held (predicted to fit; FLOPs within
-       the tolerance of the fewest, then the fewest host bytes, then the least device
-       memory), or, when none is predicted to fit, the one with the fewest FLOPs; repeat.
+       the objective would choose if the predictions held (predicted to fit; cost within
+       the tolerance of the least, then the fewest host bytes, then the least device
+       memory), or, when none is predicted to fit, the one of least cost; repeat.
        A plan could beat it unless, even with each prediction lowered by the largest
        error that prediction has made on a plan compiled so far, it does not fit or it
-       takes more FLOPs (or, at equal FLOPs, more host and device bytes).
+       costs more (or, at equal cost, more host and device bytes).
     4. Stop when no plan could beat the best compiled one. When a compiled plan shows a
        prediction wrong by more than allowed for, the allowance grows, more plans could
        beat the best, and more are compiled; in the worst case every plan is.
 
     The answer is always a compiled row; the predictions only order the search and
     decide what is left uncompiled, within the errors they have shown. They can miss:
-    XLA's planned peak is not the sum of the names' effects (on a GPU, keeping more
-    values can lower it), so a plan left uncompiled may fit with fewer FLOPs; the
+    XLA's planned memory is not the sum of the names' effects (on a GPU, keeping more
+    values can lower it), so a plan left uncompiled may fit at a lower cost; the
     accelerators page of the guide shows one.
 
     ``exact=True`` leaves nothing to the device-memory prediction: a plan is left
-    uncompiled only when its predicted FLOPs or host bytes, each lowered by its largest
+    uncompiled only when its predicted cost or host bytes, each lowered by its largest
     error seen, show that it cannot fit the host budget or beat the best plan compiled.
-    FLOPs and host bytes follow from what is recomputed and what is offloaded; device
+    Cost and host bytes follow from what is recomputed and what is offloaded; device
     memory also depends on how XLA schedules and packs the program's buffers. It costs
-    more compiles, most near a tight device budget, where few plans fit and most take
-    fewer FLOPs than the answer; when nothing fits, it compiles every plan that could
-    fit the host budget before saying so.
+    more compiles, most near a tight device budget, where few plans fit and most cost
+    less than the answer; when nothing fits, it compiles every plan that could fit the
+    host budget before saying so.
 
     Plans that tie on every figure (symmetric names often do) are equally good answers,
     and the first compiled stands. ``search`` on the row says how it ended. The
@@ -260,8 +271,9 @@ def plan_names(
         *args: The loss's arguments, as for :func:`compare_policies` (sharded ones
             included: then the budgets and every figure are per device).
         budget_bytes: The most device memory the compiled gradient may use, in bytes, as
-            ``PolicyRow.device_bytes`` counts it (temporary memory on this machine, the
-            peak on an accelerator ``target``).
+            ``PolicyRow.device_bytes`` counts it (temporary memory on this machine;
+            arguments + outputs + temporary memory on a GPU target, less XLA's
+            autotuning margin, see :func:`recommend_policy`; XLA's peak on a TPU).
         host_budget_bytes: The most host memory the offloaded values may use, in bytes
             (``PolicyRow.host_bytes``); ``None`` for no limit.
         names: The ``checkpoint_name`` tags to plan; ``None`` for every tag the traced
@@ -281,8 +293,9 @@ def plan_names(
             traces nothing.
         target: As for :func:`compare_policies`: the accelerator to compile for, ahead of
             time (``None``: this machine).
-        flops_tolerance: The relative difference in FLOPs up to which two rows count as
-            equal, from 0 (below 1); 0 compares FLOPs exactly.
+        flops_tolerance: The relative difference in cost (estimated time on a GPU target,
+            FLOPs elsewhere) up to which two rows count as equal, from 0 (below 1); 0
+            compares them exactly.
         exact: ``True``: never leave a plan uncompiled on its predicted device bytes (see
             above); ``False``: do, and compile far fewer plans.
 
@@ -386,6 +399,8 @@ class _Search:
         self.answers = answers
         self.singles: list[Plan] = [plan for plan in self.plans if sum(a != RECOMPUTE for a in plan) == 1]
         self.compiled = 0
+        timed = inputs.target is not None and inputs.target.hardware is not None
+        self.figures = (("step_seconds",) if timed else ("flops",)) + _FIGURES[1:]
 
     def label(self, plan: Plan) -> str:
         if plan == self.none:
@@ -430,13 +445,13 @@ class _Search:
         return self.measured.get(self.label(plan))
 
     def predict(self, plan: Plan) -> tuple[float, ...]:
-        """FLOPs, device and host bytes of ``plan``: recomputing everything plus each answer's effect alone."""
+        """Cost, device and host bytes of ``plan``: recomputing everything plus each answer's effect alone."""
         none = self.known(self.none)
-        figures = [float(getattr(none, f)) for f in _FIGURES]
+        figures = [float(getattr(none, f)) for f in self.figures]
         for i, answer in enumerate(plan):
             if answer != RECOMPUTE:
                 single = self.known(tuple(answer if j == i else RECOMPUTE for j in range(len(plan))))
-                for k, f in enumerate(_FIGURES):
+                for k, f in enumerate(self.figures):
                     figures[k] += getattr(single, f) - getattr(none, f)
         return tuple(figures)
 
@@ -447,25 +462,25 @@ class _Search:
             row = self.known(plan)
             if row is None or plan == self.none or plan in self.singles:
                 continue
-            for k, (f, guess) in enumerate(zip(_FIGURES, self.predict(plan))):
+            for k, (f, guess) in enumerate(zip(self.figures, self.predict(plan))):
                 worst[k] = max(worst[k], abs(getattr(row, f) - guess))
         return tuple(worst)
 
     @staticmethod
-    def order(waiting: list[tuple], fewest: float | None, tolerance: float) -> Callable[[tuple], tuple]:
+    def order(waiting: list[tuple], least: float | None, tolerance: float) -> Callable[[tuple], tuple]:
         """The search order: the objective on the predictions, then the plans predicted not to fit.
 
         First the plans predicted to fit, as ``pick`` would rank them if the predictions
-        held (FLOPs within ``tolerance`` of the fewest, predicted or compiled, count as
-        equal; then host bytes, device bytes); then the others, fewest FLOPs first.
+        held (costs within ``tolerance`` of the least, predicted or compiled, count as
+        equal; then host bytes, device bytes); then the others, least cost first.
         """
-        fewest_fitting = min([flops for fits, flops, *_ in waiting if fits] + ([] if fewest is None else [fewest]),
+        least_fitting = min([spent for fits, spent, *_ in waiting if fits] + ([] if least is None else [least]),
                              default=0.0)
 
         def key(candidate: tuple) -> tuple:
-            fits, flops, host, device, _ = candidate
-            level = fewest_fitting if fits and flops <= fewest_fitting * (1 + tolerance) else flops
-            return (not fits, level, host, device, flops)
+            fits, spent, host, device, _ = candidate
+            level = least_fitting if fits and spent <= least_fitting * (1 + tolerance) else spent
+            return (not fits, level, host, device, spent)
 
         return key
 
@@ -479,7 +494,7 @@ class _Search:
         while True:
             rows = fixed + [row for plan in self.plans if (row := self.known(plan)) is not None]
             best = pick(rows, budget, host_budget, tolerance)
-            fewest = min((row.flops for row in rows if _fits(row, budget, host_budget)), default=0)
+            least = min((cost(row) for row in rows if _fits(row, budget, host_budget)), default=0)
             margin = self.errors()
             if exact:  # no device-byte prediction, however far off, leaves a plan out
                 margin = (margin[0], math.inf, margin[2])
@@ -487,23 +502,23 @@ class _Search:
             for plan in self.plans:
                 if self.known(plan) is not None:
                     continue
-                flops, device, host = self.predict(plan)
-                low = (flops - margin[0], device - margin[1], host - margin[2])
+                spent, device, host = self.predict(plan)
+                low = (spent - margin[0], device - margin[1], host - margin[2])
                 if low[1] > budget or (host_budget is not None and low[2] > host_budget):
                     continue
                 if best is not None and not (
-                        low[0] < fewest
-                        or (low[0] <= fewest * (1 + tolerance)
+                        low[0] < least
+                        or (low[0] <= least * (1 + tolerance)
                             and (low[2], low[1]) < (best.host_bytes, best.device_bytes))):
                     continue
                 fits = device <= budget and (host_budget is None or host <= host_budget)
-                waiting.append((fits, flops, host, device, plan))
+                waiting.append((fits, spent, host, device, plan))
             if not waiting:
                 break
-            plan = min(waiting, key=self.order(waiting, fewest if best is not None else None, tolerance))[4]
+            plan = min(waiting, key=self.order(waiting, least if best is not None else None, tolerance))[4]
             self.ensure([plan])
             guess, row = self.predict(plan), self.known(plan)
-            if any(abs(getattr(row, f) - g) > m for f, g, m in zip(_FIGURES, guess, margin)):
+            if any(abs(getattr(row, f) - g) > m for f, g, m in zip(self.figures, guess, margin)):
                 widened += 1
         measured_plans = sum(self.known(plan) is not None for plan in self.plans)
         if best is None:
@@ -519,14 +534,17 @@ class _Search:
                 + (f"; {unseen} of the {len(self.plans)} plans were not compiled, {why}" if unseen else ""))
         plans = {self.label(plan): plan for plan in self.plans}
         chosen = plans.get(best.name)
+        timed = self.figures[0] == "step_seconds"
+        objective = "estimated time" if timed else "FLOPs"
+        error = (f"time {margin[0] * 1e3:.3f} ms" if timed else f"FLOPs {_amount(margin[0])}")
         if exact:
             search = (f"{measured_plans} of {len(self.plans)} plans compiled (exact); the others could not "
-                      f"fit the host budget or beat it in FLOPs even with each prediction lowered by its largest "
-                      f"error on a compiled plan (FLOPs {_amount(margin[0])}, host {_amount(margin[2])} bytes)")
+                      f"fit the host budget or beat it in {objective} even with each prediction lowered by its "
+                      f"largest error on a compiled plan ({error}, host {_amount(margin[2])} bytes)")
         else:
             search = (f"{measured_plans} of {len(self.plans)} plans compiled; the others could not fit and "
                       f"beat it even with each prediction lowered by its largest error on a compiled plan "
-                      f"(FLOPs {_amount(margin[0])}, device {_amount(margin[1])} bytes, "
+                      f"({error}, device {_amount(margin[1])} bytes, "
                       f"host {_amount(margin[2])} bytes)")
         if widened:
             search += (f"; {widened} compiled plans lay further from their predictions than allowed for, "

@@ -16,25 +16,29 @@ __all__ = ["COLUMN_UNITS", "Table", "unit_for", "word_breaks"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
+SECOND_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
 
-# How a numeric column is shown: "bytes" and "flops" in one unit per column, chosen from
-# the column's largest value; "ratio" as a multiple; "count" as an integer with separators.
-COLUMN_UNITS = ("bytes", "flops", "ratio", "count")
+# How a numeric column is shown: "bytes", "flops" and "seconds" in one unit per column,
+# chosen from the column's largest value; "ratio" as a multiple; "count" as an integer
+# with separators.
+COLUMN_UNITS = ("bytes", "flops", "seconds", "ratio", "count")
+_UNITS = {"bytes": BYTE_UNITS, "flops": FLOP_UNITS, "seconds": SECOND_UNITS}
 
 
 def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
-    """The unit in which a column of byte or FLOP counts reads best.
+    """The unit in which a column of byte or FLOP counts, or of seconds, reads best.
 
     Args:
         values: The column's values.
-        kind: ``"bytes"`` (B, KiB, MiB, GiB) or ``"flops"`` (FLOP up to TFLOP).
+        kind: ``"bytes"`` (B, KiB, MiB, GiB), ``"flops"`` (FLOP up to TFLOP) or
+            ``"seconds"`` (µs, ms, s).
 
     Returns:
         The pair of the unit's name and its size in bytes or FLOPs, for the largest unit
         that the largest value reaches at least once.
 
     Raises:
-        ValueError: If ``kind`` is neither ``"bytes"`` nor ``"flops"``.
+        ValueError: If ``kind`` is not ``"bytes"``, ``"flops"`` or ``"seconds"``.
 
     Examples:
         >>> from remat_guide.tables import unit_for
@@ -42,11 +46,13 @@ def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
         ('MiB', 1048576)
         >>> unit_for([0], "flops")
         ('FLOP', 1)
+        >>> unit_for([0.25, 0.0031], "seconds")
+        ('ms', 0.001)
     """
-    if kind not in ("bytes", "flops"):
-        raise ValueError(f"kind must be 'bytes' or 'flops', got {kind!r}")
-    units = BYTE_UNITS if kind == "bytes" else FLOP_UNITS
-    largest = max((abs(v) for v in values), default=0)
+    if kind not in _UNITS:
+        raise ValueError(f"kind must be 'bytes', 'flops' or 'seconds', got {kind!r}")
+    units = _UNITS[kind]
+    largest = max((abs(v) for v in values if not pd.isna(v)), default=0)
     for name, size in units:
         if largest >= size:
             return name, size
@@ -55,14 +61,14 @@ def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
 
 # Decimals shown at least, and at most: enough for any two different integers of bytes
 # (2**-30 GiB needs 30) or FLOPs (10**-12 TFLOP needs 12) to differ, and ratios to 9 places.
-_MIN_DECIMALS = {"bytes": 2, "flops": 2, "ratio": 3}
-_MAX_DECIMALS = {"bytes": 30, "flops": 12, "ratio": 9}
+_MIN_DECIMALS = {"bytes": 2, "flops": 2, "seconds": 1, "ratio": 3}
+_MAX_DECIMALS = {"bytes": 30, "flops": 12, "seconds": 3, "ratio": 9}
 
 
 def _formatter(kind: str, size: int, decimals: int) -> Any:
     if kind == "ratio":
         return lambda v: "" if pd.isna(v) else f"{v:.{decimals}f}×"
-    if kind == "count" or size == 1:
+    if kind == "count" or (kind != "seconds" and size == 1):
         return lambda v: "" if pd.isna(v) else f"{int(v):,}"
     return lambda v: "" if pd.isna(v) else _in_unit(v, size, decimals)
 
@@ -79,12 +85,12 @@ def _in_unit(value: Any, size: int, decimals: int) -> str:
 
 def _column_formatter(values: pd.Series, kind: str) -> tuple[str, Any]:
     """The unit and formatter of a column: the fewest decimals that keep different values different."""
-    name, size = unit_for(values, kind) if kind in ("bytes", "flops") else ("", 1)
+    name, size = unit_for(values, kind) if kind in _UNITS else ("", 1)
     decimals = _MIN_DECIMALS.get(kind, 0)
-    distinct = set(values)
+    distinct = {v for v in values if not pd.isna(v)}
     while True:
         formatter = _formatter(kind, size, decimals)
-        if (kind == "count" or (kind != "ratio" and size == 1) or decimals >= _MAX_DECIMALS[kind]
+        if (kind == "count" or (kind in ("bytes", "flops") and size == 1) or decimals >= _MAX_DECIMALS[kind]
                 or len({formatter(v) for v in distinct}) == len(distinct)):
             return name, formatter
         decimals += 1

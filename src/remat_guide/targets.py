@@ -15,13 +15,46 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr
+from remat_guide._roofline import Estimate
 
-__all__ = ["TARGETS", "Target", "place", "target", "target_devices"]
+__all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "place",
+           "target", "target_devices"]
 
 _TPU_EXTRA = "pip install 'remat-guide[tpu]' (or: pip install libtpu==0.0.51)"
 _GPU_EXTRA = ("pip install 'remat-guide[gpu]' (or: pip install jax-cuda12-plugin==0.12.0.1 "
               "jax-cuda12-pjrt==0.12.0.1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """A GPU's published rates, which the step-time estimate divides by (see :func:`estimate_step`).
+
+    Attributes:
+        matmul_flops: Dense tensor-core FLOP/s (no sparsity) by the operands' dtype:
+            ``"bf16"`` (also float16), ``"f32"`` (TF32: XLA's default precision runs
+            float32 matmuls on tensor cores as TF32), ``"f8"``, ``"int8"``, ``"f64"``.
+        memory_bandwidth: Device memory (HBM) bytes per second.
+        host_bandwidth: Bytes per second each way between device and host memory: the
+            PCIe link, or NVLink-C2C on a Grace-Blackwell superchip.
+        source: Where the figures come from.
+    """
+
+    matmul_flops: dict[str, float]
+    memory_bandwidth: float
+    host_bandwidth: float
+    source: str
+
+
+EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
+"""The share of each published rate that :func:`estimate_step` assumes a program gets, the same on every GPU.
+
+Matmul kernels reach about 70% of the dense tensor-core peak on large shapes; streaming
+kernels about 90% of the HBM bandwidth; and ``jax.device_put`` between an H200's memory
+and pinned host memory moved 52.8 GB/s of PCIe Gen5's 64 GB/s each way (measured on
+2026-11-27, see ``docs/_hardware/``): 82.5%.
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +67,15 @@ class Target:
         device_kind: The device's own name, as ``device.device_kind`` reports it.
         topology: For a TPU, the generation as ``get_topology_desc`` names it (``"v5e"``);
             for a GPU, the ``device_description_str`` of its XLA target description.
+        hardware: For a GPU, its published rates (see :class:`Hardware`); ``None`` for a
+            TPU, whose step time the package does not estimate (see :func:`estimate_step`).
     """
 
     name: str
     platform: str
     device_kind: str
     topology: str
+    hardware: Hardware | None = None
 
     @property
     def compiler(self) -> str:
@@ -57,22 +93,35 @@ def _tpu(name: str, generation: str, kind: str) -> Target:
     return Target(name, "tpu", kind, generation)
 
 
-def _gpu(name: str, description: str) -> Target:
-    return Target(name, "cuda", description, description)
+def _gpu(name: str, description: str, bf16: float, tf32: float, f8: float, f64: float, memory: float,
+         host: float, source: str) -> Target:
+    """A GPU target; rates in TFLOP/s and GB/s, as datasheets print them."""
+    flops = {"bf16": bf16 * 1e12, "f32": tf32 * 1e12, "f8": f8 * 1e12, "int8": f8 * 1e12, "f64": f64 * 1e12}
+    return Target(name, "cuda", description, description, Hardware(flops, memory * 1e9, host * 1e9, source))
 
+
+_PCIE4, _PCIE5, _PCIE6, _C2C = 32, 64, 128, 450  # GB/s each way: PCIe x16 generations, NVLink-C2C
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     _tpu("tpu-v5e", "v5e", "TPU v5 lite"),
     _tpu("tpu-v5p", "v5p", "TPU v5"),
     _tpu("tpu-v6e", "v6e", "TPU v6 lite"),
-    _gpu("a100", "NVIDIA A100-SXM4-80GB"),
-    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB"),
-    _gpu("h100", "NVIDIA H100 80GB HBM3"),
-    _gpu("h100-pcie", "NVIDIA H100 PCIe"),
-    _gpu("h200", "NVIDIA H200 141GB HBM3e"),
-    _gpu("b200", "NVIDIA B200"),
-    _gpu("b300", "NVIDIA B300"),
-    _gpu("gb200", "NVIDIA GB200"),
+    _gpu("a100", "NVIDIA A100-SXM4-80GB", 312, 156, 624, 19.5, 2039, _PCIE4,
+         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); PCIe Gen4 x16"),
+    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 312, 156, 624, 19.5, 1555, _PCIE4,
+         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB); PCIe Gen4 x16"),
+    _gpu("h100", "NVIDIA H100 80GB HBM3", 989.5, 494.7, 1979, 66.9, 3350, _PCIE5,
+         "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16"),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe", 756.5, 378, 1513, 51.2, 2000, _PCIE5,
+         "NVIDIA H100 Tensor Core GPU datasheet (PCIe); PCIe Gen5 x16"),
+    _gpu("h200", "NVIDIA H200 141GB HBM3e", 989.5, 494.7, 1979, 66.9, 4800, _PCIE5,
+         "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16"),
+    _gpu("b200", "NVIDIA B200", 2250, 1125, 4500, 37, 8000, _PCIE5,
+         "NVIDIA HGX B200 datasheet, per GPU; PCIe Gen5 x16"),
+    _gpu("b300", "NVIDIA B300", 2250, 1125, 4500, 1.25, 8000, _PCIE6,
+         "NVIDIA HGX B300 datasheet, per GPU; PCIe Gen6 x16"),
+    _gpu("gb200", "NVIDIA GB200", 2500, 1250, 5000, 45, 8000, _C2C,
+         "NVIDIA GB200 NVL72 datasheet, per GPU; NVLink-C2C to the Grace CPU (900 GB/s both ways)"),
 )}
 """Every target under its name, TPU generations (one chip per device) and NVIDIA GPUs."""
 
@@ -295,3 +344,117 @@ def place(args: Any, name: str | Target) -> Any:
         return jax.ShapeDtypeStruct((), dtype, sharding=new, weak_type=True)
 
     return jax.tree.map(placed, args)
+
+
+def device_bytes(memory: Any, name: str | Target | None = None) -> int:
+    """The bytes of device memory a compiled program needs, the figure that decides whether it fits.
+
+    Which ``memory_analysis()`` field decides depends on the compiler that planned it:
+
+    - an NVIDIA GPU target: arguments + outputs + temporary buffers - aliased bytes.
+      On an H200 the allocator's real peak over a run equalled that sum to within
+      0.02 MiB (12 programs of 1 to 13 GiB), while ``peak_memory_in_bytes`` was up to
+      36% above it for programs that offload and below it for others
+      (``docs/_hardware/``).
+    - a TPU target: ``peak_memory_in_bytes``, the figure XLA's TPU compiler itself holds
+      against the chip's memory when it refuses a program as too large; it is at least
+      that sum on TPU programs, padding of tiled layouts included.
+    - ``None``, this machine's CPU: the temporary buffers alone; XLA's CPU peak counts
+      only arguments and outputs, the same under every policy.
+
+    Args:
+        memory: ``compiled.memory_analysis()``, or any object with its ``*_size_in_bytes``
+            attributes.
+        name: The target the program was compiled for, or ``None`` for this machine.
+
+    Returns:
+        The bytes.
+
+    Raises:
+        TypeError: If ``memory`` lacks a field this backend's figure needs.
+        ValueError: If ``name`` is not a known target.
+
+    Examples:
+        >>> import types
+        >>> from remat_guide.targets import device_bytes
+        >>> memory = types.SimpleNamespace(argument_size_in_bytes=100, output_size_in_bytes=100,
+        ...     alias_size_in_bytes=0, temp_size_in_bytes=50, peak_memory_in_bytes=300)
+        >>> device_bytes(memory, "h100"), device_bytes(memory, "tpu-v5e"), device_bytes(memory)
+        (250, 300, 50)
+    """
+    chosen = None if name is None else target(name)
+    fields = (("temp_size_in_bytes",) if chosen is None else
+              ("peak_memory_in_bytes",) if chosen.platform == "tpu" else
+              ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes"))
+    values = []
+    for field in fields:
+        value = getattr(memory, field, None)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"memory must be compiled.memory_analysis() (or have its int {field}), got "
+                            f"{type(memory).__name__}")
+        values.append(int(value))
+    if len(values) == 1:
+        return values[0]
+    arguments, outputs, temp, alias = values
+    return arguments + outputs + temp - alias
+
+
+def estimate_step(program: Any, name: str | Target) -> Estimate:
+    """An estimate of one run's time on a GPU, from the program XLA compiled for it (a roofline).
+
+    Every kernel of the compiled program (a fusion, or an instruction left unfused; a loop
+    body's kernels once per iteration) takes the longer of two times: its matrix
+    multiplications' FLOPs at the GPU's dense tensor-core rate for their dtype, and the
+    bytes it reads and writes at the HBM bandwidth. The kernels run one after another;
+    then the bytes offloaded to host memory cross the host link out and back, not
+    overlapped with anything. Each rate is the target's published figure
+    (:class:`Hardware`) times :data:`EFFICIENCY`.
+
+    Left out: transfers hidden behind compute, kernels slower than their roofline (small
+    or oddly shaped matmuls, elementwise math), launch gaps, autotuning's choice of
+    kernels, collectives between devices. It is a model, compared with an H200's
+    measured step times on the guide's accelerators page.
+
+    Args:
+        program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
+            (``compiled.as_text()``), or the kernels the figure store keeps for it.
+        name: A GPU target (see :data:`TARGETS`).
+
+    Returns:
+        The estimate and its parts, in seconds.
+
+    Raises:
+        TypeError: If ``program`` is none of those.
+        ValueError: If ``name`` is unknown or a TPU: XLA's TPU compiler reports its own
+            ``optimal_seconds``, which is negative for many training programs, and its
+            loops carry no trip count to multiply a body by.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.targets import estimate_step, place
+        >>> w, x = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "h100")
+        >>> compiled = jax.jit(lambda w, x: x @ w).lower(w, x).compile()
+        >>> estimate = estimate_step(compiled, "h100")
+        >>> round(estimate.compute_seconds * 1e6)  # 2 * 4096**3 FLOPs at 70% of 989.5 TFLOP/s
+        198
+        >>> estimate.seconds == estimate.kernel_seconds, estimate.transfer_seconds
+        (True, 0.0)
+    """
+    chosen = target(name)
+    if chosen.hardware is None:
+        raise ValueError(f"name: {chosen.name} is a TPU; the package estimates step time on NVIDIA GPU targets "
+                         "only (the TPU compiler's optimal_seconds is negative for many training programs)")
+    if isinstance(program, str):
+        figures = roofline.kernels(program)
+    elif isinstance(program, dict) and "kernels" in program:
+        figures = program
+    elif hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
+        figures = roofline.kernels(program.as_text())
+    else:
+        raise TypeError(f"program must be a compiled program, its text or its stored kernels, got "
+                        f"{type(program).__name__}")
+    hardware = chosen.hardware
+    return roofline.step_seconds(
+        figures, {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
+        hardware.memory_bandwidth * EFFICIENCY["memory"], hardware.host_bandwidth * EFFICIENCY["host"])

@@ -330,7 +330,7 @@ CASES = {
     "tables.Table": [
         ("frame a dict", lambda: Table({"a": [1]}), TypeError, "frame"),
         ("units names a missing column", lambda: Table(FRAME, units={"b": "bytes"}), ValueError, "units"),
-        ("unknown unit kind", lambda: Table(FRAME, units={"a": "seconds"}), ValueError, "units"),
+        ("unknown unit kind", lambda: Table(FRAME, units={"a": "minutes"}), ValueError, "units"),
         ("cell_classes a list", lambda: Table(FRAME, cell_classes=[["x"]]), TypeError, "cell_classes"),
         ("cell_classes of another shape",
          lambda: Table(FRAME, cell_classes=pd.DataFrame({"a": ["x", "y"]})), ValueError, "cell_classes"),
@@ -338,7 +338,7 @@ CASES = {
          "html_columns"),
     ],
     "tables.unit_for": [
-        ("unknown kind", lambda: tables.unit_for([1], "seconds"), ValueError, "kind"),
+        ("unknown kind", lambda: tables.unit_for([1], "minutes"), ValueError, "kind"),
     ],
     "matrix_table": [
         ("a row lacks a column",

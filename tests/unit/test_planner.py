@@ -21,7 +21,7 @@ from helpers import scanned_loss_for
 from remat_guide import compare_policies, plan_names
 from remat_guide.compare import STANDARD_POLICIES
 from remat_guide.models import TRANSFORMER_NAMES, mlp_args, transformer_args, transformer_loss
-from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, NamePlan, pick, plan_label, plan_policy
+from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, NamePlan, cost, pick, plan_label, plan_policy
 
 CONFIG = dict(layers=2, batch=1, seq=16, d_model=32, heads=2, mlp_dim=64)
 ARGS = transformer_args(**CONFIG)
@@ -32,14 +32,14 @@ def equally_good(row, other):
     """The same row, or one that ties with it on every figure of the objective."""
     return row.name == other.name or (
         row.host_bytes == other.host_bytes and row.device_bytes == other.device_bytes
-        and abs(row.flops - other.flops) <= TOLERANCE * min(row.flops, other.flops))
+        and abs(cost(row) - cost(other)) <= TOLERANCE * min(cost(row), cost(other)))
 
 
-def fewest_flops_fitting(rows, budget, host_budget=None):
-    """The fewest FLOPs of the rows that fit, allowing for the planner's tolerance."""
+def least_cost_fitting(rows, budget, host_budget=None):
+    """The least cost (estimated time on a GPU, FLOPs elsewhere) of the rows that fit, within the tolerance."""
     fitting = [row for row in rows if row.device_bytes <= budget
                and (host_budget is None or row.host_bytes <= host_budget)]
-    return min(row.flops for row in fitting) * (1 + TOLERANCE)
+    return min(cost(row) for row in fitting) * (1 + TOLERANCE)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_every_budget_fits_and_beats_the_best_standard_policy(sweep):
     standard, chosen, _, _ = sweep
     for budget, row in chosen.items():
         assert row.temp_bytes <= budget, (budget, row)
-        assert row.flops <= fewest_flops_fitting(standard.values(), budget), (budget, row)
+        assert cost(row) <= least_cost_fitting(standard.values(), budget), (budget, row)
 
 
 def test_the_choice_is_that_of_compiling_every_set(sweep):
@@ -81,7 +81,7 @@ def test_the_choice_is_that_of_compiling_every_set(sweep):
     assert len(sets) == 2 ** len(TRANSFORMER_NAMES) - 1  # every non-empty subset
     for budget, row in chosen.items():
         assert equally_good(row, pick(rows, budget)), budget
-        assert row.flops <= fewest_flops_fitting(rows, budget), budget
+        assert cost(row) <= least_cost_fitting(rows, budget), budget
 
 
 def test_a_tight_budget_is_met_by_a_set_of_names_a_loose_one_by_no_checkpoint(sweep):
@@ -231,7 +231,7 @@ def test_every_budget_gets_the_answer_of_compiling_all_27_plans(three_answers):
             truth = pick(table.values(), budget, host_budget)
             assert equally_good(row, truth), (budget, host_budget, row.name, truth.name)
             assert row.device_bytes <= budget and (host_budget is None or row.host_bytes <= host_budget)
-            assert row.flops <= fewest_flops_fitting(table.values(), budget, host_budget)
+            assert cost(row) <= least_cost_fitting(table.values(), budget, host_budget)
             checked += 1
     assert checked >= 20
 
@@ -303,7 +303,8 @@ def test_when_the_predictions_hold_the_search_compiles_only_the_answer(monkeypat
     def answered(programs, inputs):
         compiled.extend(program.label for program in programs)
         return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
-                                peak_bytes=device, host_bytes=host)
+                                peak_bytes=device, host_bytes=host, argument_bytes=0,
+                                output_bytes=0, alias_bytes=0, step_seconds=None)
                 for flops, device, host in map(additive_figures, (p.label for p in programs))]
 
     monkeypatch.setattr(remat_guide.planner, "measure", answered)
@@ -328,13 +329,15 @@ def test_exact_finds_a_plan_that_fits_far_below_its_prediction(monkeypatch):
 
     def answered(programs, inputs):
         return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
-                                peak_bytes=device, host_bytes=host)
+                                peak_bytes=device, host_bytes=host, argument_bytes=0,
+                                output_bytes=0, alias_bytes=0, step_seconds=None)
                 for flops, device, host in map(quirky, (p.label for p in programs))]
 
     monkeypatch.setattr(remat_guide.planner, "measure", answered)
     every = {"no checkpoint": quirky("no checkpoint"), **{name: quirky(name) for name in STANDARD_POLICIES}}
     every |= {label: quirky(label) for _, label, _ in every_plan()}
-    rows = [SimpleNamespace(name=name, flops=f, device_bytes=d, host_bytes=h) for name, (f, d, h) in every.items()]
+    rows = [SimpleNamespace(name=name, flops=f, device_bytes=d, host_bytes=h, step_seconds=None)
+            for name, (f, d, h) in every.items()]
     odd = plan_label([], ["up", "act"])
     # At 95 bytes only that plan fits; at 101 the single offloads fit too, with more FLOPs.
     for budget in (95, 101):

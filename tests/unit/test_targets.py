@@ -73,7 +73,10 @@ def direct_memory(policy, name):
     """XLA's memory analysis of the gradient with ``policy``, compiled for target ``name`` by hand."""
     loss = tagged_loss_for(policy)
     memory = jax.jit(jax.grad(loss, argnums=0)).lower(*place(ARGS, name)).compile().memory_analysis()
-    return memory.temp_size_in_bytes, memory.peak_memory_in_bytes, memory.host_temp_size_in_bytes
+    fit = (memory.peak_memory_in_bytes if TARGETS[name].platform == "tpu" else
+           memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+           - memory.alias_size_in_bytes)
+    return memory.temp_size_in_bytes, memory.peak_memory_in_bytes, memory.host_temp_size_in_bytes, fit
 
 
 @pytest.fixture(scope="module")
@@ -254,10 +257,15 @@ def test_target_rows_are_xlas_own_figures_for_that_target(rows_fixture, name, re
     rows, direct = request.getfixturevalue(rows_fixture)
     for label, figures in direct.items():
         row = rows[label]
-        assert (row.temp_bytes, row.peak_bytes, row.host_bytes) == figures, label
+        assert (row.temp_bytes, row.peak_bytes, row.host_bytes, row.device_bytes) == figures, label
     for row in rows.values():
         assert row.target == name
-        assert row.device_bytes == row.peak_bytes
+        if TARGETS[name].platform == "tpu":
+            assert row.device_bytes == row.peak_bytes
+            assert row.step_seconds is None
+        else:  # what an H200's allocator held: arguments, outputs and temporary buffers
+            assert row.device_bytes == row.argument_bytes + row.output_bytes + row.temp_bytes - row.alias_bytes
+            assert row.step_seconds > 0
         assert row.per_device is False
     # A target's peak counts the arguments and outputs: at least the parameters and their gradient.
     assert min(row.peak_bytes for row in rows.values()) >= 2 * sum(
@@ -304,7 +312,7 @@ def test_recommend_policy_on_a_target_fits_by_the_peak():
                               target=TPU)
     assert (chosen.name, chosen.target, chosen.peak_bytes) == ("nothing_saveable", TPU, nothing.peak_bytes)
     assert recommend_policy(rows=rows, budget_bytes=base.peak_bytes).name == "no checkpoint"
-    with pytest.raises(ValueError, match=f"device peak on {TPU} is {nothing.peak_bytes} bytes"):
+    with pytest.raises(ValueError, match=f"XLA peak on {TPU} is {nothing.peak_bytes} bytes"):
         recommend_policy(rows=rows, budget_bytes=nothing.peak_bytes - 1)
 
 
@@ -410,10 +418,13 @@ def row(**changes):
     return PolicyRow(**fields)
 
 
-def test_a_row_names_its_target_by_name():
+def test_a_row_names_its_target_by_name_and_fits_by_its_backends_figure():
     assert row(target=TARGETS[GPU]).target == GPU
-    assert row(target=GPU, peak_bytes=7).device_bytes == 7
-    assert row(peak_bytes=7).device_bytes == 2
+    # A GPU: arguments + outputs + temp - aliased; a TPU: XLA's peak; the CPU: temp.
+    gpu = row(target=GPU, peak_bytes=7, argument_bytes=10, output_bytes=5, alias_bytes=4)
+    assert gpu.device_bytes == 10 + 5 + 2 - 4
+    assert row(target=TPU, peak_bytes=7, argument_bytes=10).device_bytes == 7
+    assert row(peak_bytes=7, argument_bytes=10).device_bytes == 2
 
 
 @pytest.mark.parametrize("changes, error", [
@@ -422,6 +433,9 @@ def test_a_row_names_its_target_by_name():
     (dict(peak_bytes=-1), ValueError),
     (dict(host_bytes=-1), ValueError),
     (dict(host_bytes=0.5), TypeError),
+    (dict(alias_bytes=-1), ValueError),
+    (dict(step_seconds=-1.0), ValueError),
+    (dict(step_seconds="1"), TypeError),
 ])
 def test_bad_target_fields_are_refused(changes, error):
     with pytest.raises(error):
@@ -430,15 +444,22 @@ def test_bad_target_fields_are_refused(changes, error):
 
 def test_target_columns_appear_only_with_a_target():
     local = Comparison([row(name="a"), row(name="b")])
-    assert not {"target", "peak_bytes", "host_bytes"} & set(local.to_pandas().columns)
-    assert "device peak" not in str(local)
+    assert not {"target", "peak_bytes", "host_bytes", "device_bytes"} & set(local.to_pandas().columns)
+    assert "XLA peak" not in str(local)
     rows = Comparison([row(name="a", target=TPU, peak_bytes=40, host_bytes=0),
                        row(name="b", target=TPU, peak_bytes=30, host_bytes=12)])
     frame = rows.to_pandas()
     assert list(frame["target"]) == [TPU, TPU]
     assert list(frame["peak_bytes"]) == [40, 30] and list(frame["host_bytes"]) == [0, 12]
+    assert list(frame["device_bytes"]) == [40, 30] and "step_seconds" not in frame.columns
     text = str(rows)
-    assert "device peak" in text and "host (offloaded)" in text
+    assert "device memory" in text and "XLA peak" in text and "host (offloaded)" in text
+    assert "est. step time" not in text
+    timed = Comparison([row(name="no checkpoint", target=GPU, step_seconds=0.002),
+                        row(name="b", target=GPU, step_seconds=0.003)])
+    table = timed.table()
+    assert list(table.frame["time vs no checkpoint"]) == [1.0, 1.5]
+    assert "est. step time (ms)" in str(timed)
     mixed = Comparison([row(name="a", target=TPU), row(name="b", target=GPU)])
     assert "target" in mixed.table().frame.columns
 

@@ -17,12 +17,15 @@ class StoredCompile:
     Attributes:
         instructions: How many HLO instructions of each opcode the compiled program has.
         log: The lines XLA logged while compiling it (when ``compile_ahead`` was asked for them).
+        kernels: On a GPU, its kernels' FLOPs and bytes, for
+            :func:`remat_guide.targets.estimate_step`; ``None`` on a TPU.
     """
 
     def __init__(self, figures: dict[str, Any]) -> None:
         self._figures = figures
         self.instructions: dict[str, int] = dict(figures["instructions"])
         self.log: list[str] = list(figures.get("log", []))
+        self.kernels: dict[str, Any] | None = figures.get("kernels")
 
     def memory_analysis(self) -> Any:
         """Every size of ``compiled.memory_analysis()``, as attributes (``temp_size_in_bytes``, ...)."""

@@ -1,0 +1,328 @@
+"""The kernels of a compiled XLA GPU program, read from its text: matmul FLOPs, memory and host bytes."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = ["Estimate", "kernels", "step_seconds"]
+
+_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
+          "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
+          "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "c64": 8,
+          "s64": 8, "u64": 8, "f64": 8, "c128": 16, "token": 0}
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
+_HEADER = re.compile(r"^(?:ENTRY )?%([\w.\-]+) ")
+_NAME = re.compile(r"%([\w.\-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CALLS = re.compile(r"\b(?:calls|to_apply|body)=%([\w.\-]+)")
+_HOST_SPACE = "S(5)"
+# Instructions that move no data of their own: views, tuples, markers, and the halves of
+# asynchronous pairs whose other half carries the work.
+_FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
+         "replica-id", "opt-barrier", "copy-done", "fusion-done", "async-done", "send-done", "recv-done",
+         "all-reduce-done", "all-gather-done", "collective-permute-done", "add-dependency", "domain"}
+_SLICES = {"dynamic-slice", "slice"}
+_MATMUL_KINDS = {"f8": "f8", "f16": "bf16", "bf16": "bf16", "f32": "f32", "f64": "f64", "s8": "int8",
+                 "u8": "int8"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Array:
+    dtype: str
+    dims: tuple[int, ...]
+    host: bool
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.dims) * _BYTES.get(self.dtype, 4)
+
+
+@dataclasses.dataclass
+class _Instruction:
+    name: str
+    arrays: list[_Array]
+    opcode: str
+    operands: list[str]
+    attributes: str
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+
+def _closing(text: str, start: int) -> int:
+    """The index just past the bracket that closes the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def _arrays(shape: str) -> list[_Array]:
+    return [_Array(dtype, tuple(int(d) for d in dims.split(",") if d), _HOST_SPACE in (layout or ""))
+            for dtype, dims, layout in _ARRAY.findall(shape) if dtype in _BYTES]
+
+
+def _instruction(line: str) -> _Instruction | None:
+    body = line.strip()
+    if body.startswith("ROOT "):
+        body = body[5:]
+    if not body.startswith("%") or " = " not in body:
+        return None
+    name, rest = body[1:].split(" = ", 1)
+    end = _closing(rest, 0) if rest.startswith("(") else rest.index(" ")
+    shape, rest = rest[:end], rest[end:].lstrip()
+    paren = rest.find("(")
+    if paren < 0:
+        return None
+    opcode = rest[:paren]
+    close = _closing(rest, paren)
+    return _Instruction(name, _arrays(shape), opcode, _NAME.findall(rest[paren:close]), rest[close:])
+
+
+def _computations(text: str) -> tuple[dict[str, list[_Instruction]], str]:
+    computations: dict[str, list[_Instruction]] = {}
+    entry, current = "", None
+    for line in text.splitlines():
+        if current is None:
+            match = _HEADER.match(line)
+            if match and line.rstrip().endswith("{"):
+                current = computations.setdefault(match.group(1), [])
+                if line.startswith("ENTRY"):
+                    entry = match.group(1)
+        elif line.startswith("}"):
+            current = None
+        else:
+            parsed = _instruction(line)
+            if parsed is not None:
+                current.append(parsed)
+    return computations, entry
+
+
+def _dims(attributes: str, key: str) -> tuple[int, ...]:
+    match = re.search(key + r"=\{([\d,]*)\}", attributes)
+    return tuple(int(d) for d in match.group(1).split(",") if d) if match else ()
+
+
+class _Program:
+    """One compiled program's computations, walked from its entry."""
+
+    def __init__(self, text: str) -> None:
+        self.computations, self.entry = _computations(text)
+        self.found: collections.Counter = collections.Counter()
+        self.host_out = 0
+        self.host_in = 0
+
+    def shapes(self, computation: str) -> dict[str, _Instruction]:
+        return {i.name: i for i in self.computations.get(computation, [])}
+
+    def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
+        """The FLOPs of the dots in a fused computation and the computations it calls."""
+        flops: collections.Counter = collections.Counter()
+        by_name = self.shapes(computation)
+        for instruction in self.computations.get(computation, []):
+            if instruction.opcode == "dot" and len(instruction.operands) >= 2:
+                lhs = by_name.get(instruction.operands[0])
+                if lhs is None or not lhs.arrays:
+                    continue
+                contracted = math.prod(lhs.arrays[0].dims[d] for d in _dims(instruction.attributes,
+                                                                            "lhs_contracting_dims"))
+                kind = _MATMUL_KINDS.get(lhs.arrays[0].dtype[:3] if lhs.arrays[0].dtype.startswith("f8")
+                                         else lhs.arrays[0].dtype, "f32")
+                flops[kind] += 2 * math.prod(instruction.arrays[0].dims) * contracted
+            for called in _CALLS.findall(instruction.attributes):
+                if called not in seen:
+                    flops.update(self.matmul_flops(called, seen | {computation}))
+        return dict(flops)
+
+    def fused_bytes(self, instruction: _Instruction, computation: str) -> tuple[int, int, int]:
+        """HBM, host-out and host-in bytes of a fusion: what its kernel reads and writes.
+
+        A parameter that the fusion only slices is read as its slices; the buffer that a
+        dynamic-update-slice updates in place is neither read nor rewritten, only the update.
+        """
+        body = self.computations.get(computation, [])
+        by_name = {i.name: i for i in body}
+        users: dict[str, list[tuple[_Instruction, int]]] = collections.defaultdict(list)
+        for inner in body:
+            for position, operand in enumerate(inner.operands):
+                users[operand].append((inner, position))
+        device, host_out, host_in = 0, 0, 0
+        parameters = [i for i in body if i.opcode == "parameter"]
+        for parameter in parameters:
+            uses = users.get(parameter.name, [])
+            if uses and all(user.opcode in _SLICES and position == 0 for user, position in uses):
+                read = sum(user.nbytes for user, _ in uses)
+            elif uses and all(user.opcode == "dynamic-update-slice" and position == 0 for user, position in uses):
+                read = 0
+            else:
+                read = parameter.nbytes
+            if parameter.arrays and parameter.arrays[0].host:
+                host_in += read
+            else:
+                device += read
+        root = body[-1] if body else None
+        for node in ([by_name.get(o) for o in root.operands] if root is not None and root.opcode == "tuple"
+                     else [root]):
+            if node is None:
+                continue
+            written = node.nbytes
+            if node.opcode == "dynamic-update-slice" and len(node.operands) > 1 and node.operands[1] in by_name:
+                written = by_name[node.operands[1]].nbytes
+            if node.arrays and node.arrays[0].host:
+                host_out += written
+            else:
+                device += written
+        if not parameters and root is None:
+            device += instruction.nbytes
+        return device, host_out, host_in
+
+    def plain_bytes(self, instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
+        """HBM, host-out and host-in bytes of an instruction that is its own kernel."""
+        operands = [by_name[o] for o in instruction.operands if o in by_name]
+        device, host_out, host_in = 0, 0, 0
+        if instruction.opcode in _SLICES and operands:
+            reads = [(operands[0], instruction.nbytes)]
+        elif instruction.opcode == "dynamic-update-slice" and len(operands) > 1:
+            reads = [(operands[1], operands[1].nbytes)]
+        else:
+            reads = [(operand, operand.nbytes) for operand in operands]
+        for operand, size in reads:
+            if operand.arrays and operand.arrays[0].host:
+                host_in += size
+            else:
+                device += size
+        written = (operands[1].nbytes if instruction.opcode == "dynamic-update-slice" and len(operands) > 1
+                   else instruction.nbytes)
+        if instruction.arrays and instruction.arrays[0].host:
+            host_out += written
+        else:
+            device += written
+        return device, host_out, host_in
+
+    def walk(self, computation: str, times: int, seen: frozenset = frozenset()) -> None:
+        by_name = self.shapes(computation)
+        for instruction in self.computations.get(computation, []):
+            opcode = instruction.opcode
+            if opcode in _FREE or (opcode == "custom-call" and "AllocateBuffer" in instruction.attributes):
+                continue
+            called = _CALLS.findall(instruction.attributes)
+            if opcode == "while":
+                trips = _TRIPS.search(instruction.attributes)
+                body = re.search(r"\bbody=%([\w.\-]+)", instruction.attributes)
+                if body and body.group(1) not in seen:
+                    self.walk(body.group(1), times * (int(trips.group(1)) if trips else 1),
+                              seen | {computation})
+                continue
+            if opcode in ("call", "conditional"):
+                for name in called or re.findall(r"%([\w.\-]+)", instruction.attributes):
+                    if name in self.computations and name not in seen:
+                        self.walk(name, times, seen | {computation})
+                continue
+            if called and opcode in ("fusion", "fusion-start", "async-start", "copy-start"):
+                flops = self.matmul_flops(called[0])
+                device, host_out, host_in = self.fused_bytes(instruction, called[0])
+            else:
+                flops = ({} if opcode != "dot" else self.matmul_flops_plain(instruction, by_name))
+                device, host_out, host_in = self.plain_bytes(instruction, by_name)
+                if opcode == "copy-start" and instruction.arrays:
+                    device, host_out, host_in = self.copy_bytes(instruction, by_name)
+            self.host_out += times * host_out
+            self.host_in += times * host_in
+            self.found[(tuple(sorted(flops.items())), device)] += times
+
+    def matmul_flops_plain(self, instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
+        lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
+        if lhs is None or not lhs.arrays:
+            return {}
+        contracted = math.prod(lhs.arrays[0].dims[d] for d in _dims(instruction.attributes, "lhs_contracting_dims"))
+        kind = _MATMUL_KINDS.get(lhs.arrays[0].dtype, "f32")
+        return {kind: 2 * math.prod(instruction.arrays[0].dims) * contracted}
+
+    @staticmethod
+    def copy_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
+        """An asynchronous copy between memory spaces: its source and destination arrays."""
+        source = by_name.get(instruction.operands[0]) if instruction.operands else None
+        destination = instruction.arrays[1] if len(instruction.arrays) > 1 else instruction.arrays[0]
+        size = destination.nbytes
+        source_host = bool(source and source.arrays and source.arrays[0].host)
+        if destination.host and not source_host:
+            return size, size, 0
+        if source_host and not destination.host:
+            return size, 0, size
+        return 2 * size, 0, 0
+
+
+def kernels(text: str) -> dict[str, Any]:
+    """The kernels of a compiled program's text (``compiled.as_text()``), for :func:`step_seconds`.
+
+    Every instruction that launches work is one kernel: a fusion, or an instruction left
+    unfused. For each, the FLOPs of its matrix multiplications (by the operands' dtype)
+    and the bytes it reads and writes in device memory; a loop body's kernels count
+    once per iteration of the loop's known trip count. Bytes read from or written to
+    host memory (``S(5)``) are counted apart, as host-link traffic each way.
+
+    Returns:
+        ``{"kernels": [[count, {dtype: flops}, device_bytes], ...], "host_out": bytes,
+        "host_in": bytes}``, kernels with the same figures merged, in a stable order.
+    """
+    program = _Program(text)
+    program.walk(program.entry, 1)
+    found = sorted(program.found.items(), key=lambda item: (item[0][1], item[0][0], item[1]))
+    return {"kernels": [[count, dict(flops), device] for (flops, device), count in found],
+            "host_out": program.host_out, "host_in": program.host_in}
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A program's estimated step time on a target, and the parts it adds up.
+
+    Attributes:
+        seconds: The estimate: ``kernel_seconds + transfer_seconds``.
+        kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
+        compute_seconds: The matmul time alone, summed over kernels.
+        memory_seconds: The device-memory time alone, summed over kernels.
+        transfer_seconds: The host-link time: bytes out, then bytes back.
+    """
+
+    seconds: float
+    kernel_seconds: float
+    compute_seconds: float
+    memory_seconds: float
+    transfer_seconds: float
+
+
+def _pairs(figures: Mapping[str, Any]) -> Iterator[tuple[int, dict[str, int], int]]:
+    for count, flops, device in figures["kernels"]:
+        yield int(count), dict(flops), int(device)
+
+
+def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
+                 host_bandwidth: float) -> Estimate:
+    """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
+
+    Args:
+        figures: What :func:`kernels` returned.
+        flops_per_second: The matmul rate in use, by operand dtype (``"bf16"``, ``"f32"``, ...).
+        memory_bandwidth: Device-memory bytes per second in use.
+        host_bandwidth: Host-link bytes per second in use, each direction.
+    """
+    kernel = compute = memory = 0.0
+    for count, flops, device in _pairs(figures):
+        matmul = sum(value / flops_per_second.get(kind, flops_per_second["f32"]) for kind, value in flops.items())
+        moved = device / memory_bandwidth
+        compute += count * matmul
+        memory += count * moved
+        kernel += count * max(matmul, moved)
+    transfer = (int(figures["host_out"]) + int(figures["host_in"])) / host_bandwidth
+    return Estimate(kernel + transfer, kernel, compute, memory, transfer)

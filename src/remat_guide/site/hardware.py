@@ -1,0 +1,122 @@
+"""An NVIDIA H200's measured memory and step times beside the package's figures for ``target="h200"``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+
+from remat_guide import models
+from remat_guide.site.stored import compile_ahead
+from remat_guide.targets import device_bytes, estimate_step, place
+
+__all__ = ["MEASUREMENT", "POLICIES", "autotuning_growth", "comparison", "host_link", "measurement", "policy"]
+
+MEASUREMENT = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware" / "h200-2026-11-27.json"
+"""The measurement, in the project's ``docs/_hardware`` (see its README for provenance)."""
+
+POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+            "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
+"""The measured policies, by the names the measurement uses."""
+
+
+def policy(name: str) -> Any:
+    """The policy a measured name stands for (``None``: no checkpoint)."""
+    policies = jax.checkpoint_policies
+    if name == "none":
+        return None
+    if name == "offload_mlp_hidden":
+        return policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
+            offload_src="device", offload_dst="pinned_host")
+    if name == "offload_dot_with_no_batch_dims":
+        return policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    return getattr(policies, name)
+
+
+@functools.cache
+def measurement(path: pathlib.Path = MEASUREMENT) -> dict[str, Any]:
+    """The measurement file, as JSON."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _row(found: dict[str, Any], config: str, name: str, mode: str) -> dict[str, Any] | None:
+    return next((r for r in found["rows"] if (r["cfg"], r["policy"], r["mode"]) == (config, name, mode)), None)
+
+
+def _compiled(config: str, name: str) -> Any:
+    sizes = dict(measurement()["configs"][config])
+    dtype = jnp.dtype(sizes.pop("dtype"))
+    params, x = models.transformer_args(**sizes)
+    params = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, dtype), params)
+    x = jax.ShapeDtypeStruct(x.shape, dtype)
+    lowered = jax.jit(jax.grad(models.transformer_loss(policy(name)))).lower(*place((params, x), "h200"))
+    return compile_ahead(lowered, "h200", {"xla_gpu_autotune_level": 0})
+
+
+def comparison(configs: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Each measured program: the package's memory and time for ``target="h200"`` beside the H200's.
+
+    Memory is the package's ``device_bytes`` (arguments + outputs + temp, compiled ahead
+    of time, autotuning off) against the allocator's peak over one run compiled on the
+    device with autotuning off (``run_noat``), with XLA's ``peak_memory_in_bytes`` beside
+    them. Time is the estimated step time against the median measured one (autotuning
+    on, as users run), each also as a ratio to no checkpoint of the same size.
+
+    Returns:
+        One row per size and policy: ``config``, ``policy``, ``device_bytes``,
+        ``matmul_flops`` (of the program compiled for the H200, loops counted in full),
+        ``peak_bytes`` (XLA's, ahead of time), ``measured_peak``, ``memory_ratio``
+        (``device_bytes / measured_peak``), ``estimated_seconds``, ``measured_seconds``
+        (``NaN`` where no time was measured), ``estimated_ratio``, ``measured_ratio``,
+        and the estimate's parts ``compute_seconds``, ``memory_seconds``,
+        ``transfer_seconds``.
+    """
+    found = measurement()
+    rows = []
+    for config in configs or tuple(found["configs"]):
+        for name in POLICIES:
+            compiled = _compiled(config, name)
+            memory = compiled.memory_analysis()
+            estimate = estimate_step(compiled.kernels, "h200")
+            peak = _row(found, config, name, "run_noat")
+            timed = _row(found, config, name, "time")
+            kernels = compiled.kernels["kernels"]
+            rows.append({
+                "config": config, "policy": name, "device_bytes": device_bytes(memory, "h200"),
+                "matmul_flops": sum(count * sum(flops.values()) for count, flops, _ in kernels),
+                "peak_bytes": memory.peak_memory_in_bytes,
+                "measured_peak": None if peak is None else peak["peak_after_run"],
+                "estimated_seconds": estimate.seconds,
+                "measured_seconds": None if timed is None else timed["step_ms_median"] / 1e3,
+                "compute_seconds": estimate.compute_seconds, "memory_seconds": estimate.memory_seconds,
+                "transfer_seconds": estimate.transfer_seconds})
+    frame = pd.DataFrame(rows)
+    frame["memory_ratio"] = frame["device_bytes"] / frame["measured_peak"]
+    for column, ratio in (("estimated_seconds", "estimated_ratio"), ("measured_seconds", "measured_ratio")):
+        base = frame[frame["policy"] == "none"].set_index("config")[column]
+        frame[ratio] = frame[column] / frame["config"].map(base)
+    return frame
+
+
+def host_link() -> dict[str, float]:
+    """The host link the H200 measured with ``jax.device_put`` of 1 GiB: best GB/s each way."""
+    link = measurement()["host_link"]["1024MiB"]
+    return {"device_to_host": link["d2h_GBps"], "host_to_device": link["h2d_GBps"]}
+
+
+def autotuning_growth() -> float:
+    """The most that XLA's default autotuning added to a measured program's temporary memory, as a share.
+
+    Each program compiled on the H200 with autotuning (``run`` or ``time``) against the
+    same program compiled there without it (``run_noat``).
+    """
+    found = measurement()["rows"]
+    without = {(r["cfg"], r["policy"]): r["temp_size_in_bytes"] for r in found if r["mode"] == "run_noat"}
+    return max(r["temp_size_in_bytes"] / without[r["cfg"], r["policy"]] - 1 for r in found
+               if r["mode"] in ("run", "time") and (r["cfg"], r["policy"]) in without)

@@ -1,0 +1,169 @@
+"""What decides a fit on each backend, and the step-time estimate on a GPU target, against an H200's measurement.
+
+The roofline reads the program XLA compiled for the GPU: the tests check its parts on
+programs whose FLOPs and bytes follow from their shapes (one matmul, a scan, an
+offloaded scan), then hold the package's figures for ``target="h200"`` against what a
+real H200 measured (``docs/_hardware/``): memory within 1% on the 8-layer models, the
+time of every policy relative to no checkpoint within 25% on the 0.8 B-parameter model.
+"""
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.ad_checkpoint import checkpoint_name
+
+from remat_guide import _roofline as roofline
+from remat_guide.site import hardware
+from remat_guide.targets import EFFICIENCY, TARGETS, device_bytes, estimate_step, place
+
+GPU = "h100"
+
+
+def compiled_for(function, *args, name=GPU):
+    return jax.jit(function).lower(*place(args, name)).compile(compiler_options={"xla_gpu_autotune_level": 0})
+
+
+def totals(program):
+    figures = roofline.kernels(program.as_text())
+    flops = sum(count * sum(kinds.values()) for count, kinds, _ in figures["kernels"])
+    moved = sum(count * nbytes for count, _, nbytes in figures["kernels"])
+    return flops, moved, figures
+
+
+def test_one_matmul_is_its_flops_and_at_least_its_operands_and_result():
+    m, k, n = 512, 1024, 256
+    program = compiled_for(lambda a, b: a @ b, jnp.ones((m, k), jnp.bfloat16), jnp.ones((k, n), jnp.bfloat16))
+    flops, moved, figures = totals(program)
+    assert flops == 2 * m * k * n
+    # bf16 operands read and the result written, at least (XLA may split the sum over k
+    # into partial results that another kernel adds up: more bytes, each counted).
+    assert moved >= 2 * (m * k + k * n + m * n)
+    assert figures["host_out"] == figures["host_in"] == 0
+    (_, kinds, _), = [kernel for kernel in figures["kernels"] if kernel[1]]
+    assert set(kinds) == {"bf16"}
+
+
+def test_an_elementwise_kernel_reads_its_operands_and_writes_its_result():
+    program = compiled_for(lambda a, b: jnp.tanh(a) * b, jnp.ones((1000, 1000)), jnp.ones((1000, 1000)))
+    flops, moved, figures = totals(program)
+    assert (flops, moved) == (0, 3 * 4 * 1000 * 1000)
+    assert [count for count, _, _ in figures["kernels"]] == [1]
+
+
+def test_a_loop_body_counts_once_per_iteration():
+    def layers(count):
+        def f(w, x):
+            def step(h, w_layer):
+                return jnp.tanh(h @ w_layer), None
+            return jax.lax.scan(step, x, w)[0].sum()
+        return compiled_for(f, jnp.ones((count, 256, 256)), jnp.ones((64, 256)))
+
+    one, eight = totals(layers(1))[0], totals(layers(8))[0]
+    assert one == 2 * 64 * 256 * 256
+    assert eight == 8 * one
+
+
+def test_a_stacked_output_is_written_a_slice_at_a_time():
+    # The scan writes each step's value into a [steps, ...] buffer in place: each step moves
+    # its slice, not the whole buffer, so the bytes grow with the steps, not their square.
+    def moved(steps):
+        def f(x):
+            return jax.lax.scan(lambda h, _: (jnp.sin(h), jnp.cos(h)), x, None, length=steps)[1]
+        return totals(compiled_for(f, jnp.ones((1024, 1024))))[1]
+
+    assert moved(16) < 2.5 * moved(8)
+
+
+def offloaded_scan_gradient(policy):
+    def layer(x, w):
+        return jnp.tanh(checkpoint_name(jnp.tanh(x @ w[0]), "h") @ w[1])
+
+    def loss(w, x):
+        step = jax.checkpoint(layer, policy=policy, prevent_cse=False)
+        return jnp.mean(jax.lax.scan(lambda h, w_layer: (step(h, w_layer), None), x, w)[0] ** 2)
+    return jax.grad(loss)
+
+
+def test_offloaded_values_cross_the_host_link_out_and_back():
+    offload = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["h"], offload_src="device",
+        offload_dst="pinned_host")
+    program = compiled_for(offloaded_scan_gradient(offload), jnp.ones((8, 2, 512, 512)), jnp.ones((256, 512)))
+    _, _, figures = totals(program)
+    host = program.memory_analysis().host_temp_size_in_bytes
+    assert host > 0
+    assert figures["host_out"] == figures["host_in"] == host
+    estimate = estimate_step(program, GPU)
+    link = TARGETS[GPU].hardware.host_bandwidth * EFFICIENCY["host"]
+    assert estimate.transfer_seconds == pytest.approx(2 * host / link)
+    assert estimate.seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    kept = compiled_for(offloaded_scan_gradient(jax.checkpoint_policies.save_only_these_names("h")),
+                        jnp.ones((8, 2, 512, 512)), jnp.ones((256, 512)))
+    assert estimate_step(kept, GPU).transfer_seconds == 0
+
+
+def test_each_kernel_takes_its_slower_resource():
+    figures = {"kernels": [[2, {"bf16": 10**12}, 10**9], [1, {}, 4 * 10**9]], "host_out": 0, "host_in": 0}
+    estimate = roofline.step_seconds(figures, {"bf16": 10**15, "f32": 10**14}, 10**12, 10**10)
+    # Kernel 1: 1 ms of matmul against 1 ms of memory, twice; kernel 2: 4 ms of memory.
+    assert estimate.compute_seconds == pytest.approx(2e-3)
+    assert estimate.memory_seconds == pytest.approx(6e-3)
+    assert estimate.kernel_seconds == pytest.approx(6e-3)
+
+
+def test_every_gpu_target_documents_its_rates_and_no_tpu_is_estimated():
+    for target in TARGETS.values():
+        if target.platform == "tpu":
+            assert target.hardware is None
+            with pytest.raises(ValueError, match="TPU"):
+                estimate_step({"kernels": [], "host_out": 0, "host_in": 0}, target.name)
+            continue
+        rates = target.hardware
+        assert rates.source and set(rates.matmul_flops) >= {"bf16", "f32"}
+        assert rates.matmul_flops["bf16"] > rates.matmul_flops["f32"] > 0
+        assert rates.memory_bandwidth > rates.host_bandwidth > 0
+    with pytest.raises(TypeError, match="program must be"):
+        estimate_step(3, GPU)
+
+
+@pytest.mark.parametrize("name, expected", [(None, 50), ("h100", 250 - 20), ("tpu-v5e", 300)])
+def test_device_bytes_reads_the_field_each_backend_decides_by(name, expected):
+    memory = types.SimpleNamespace(argument_size_in_bytes=100, output_size_in_bytes=100, alias_size_in_bytes=20,
+                                   temp_size_in_bytes=50, peak_memory_in_bytes=300)
+    assert device_bytes(memory, name) == expected
+    with pytest.raises(TypeError, match="memory must be"):
+        device_bytes(object(), name)
+
+
+# --- against the H200 ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured_against_estimated():
+    return hardware.comparison()
+
+
+@pytest.mark.parametrize("config", ["large", "large_bf16"])
+def test_device_bytes_is_the_h200s_real_peak_within_one_percent(measured_against_estimated, config):
+    rows = measured_against_estimated[measured_against_estimated["config"] == config]
+    assert len(rows) == len(hardware.POLICIES)
+    assert np.all(np.abs(rows["memory_ratio"] - 1) <= 0.01), rows[["policy", "memory_ratio"]]
+    # XLA's own peak is off by more for the program that offloads dots: why it does not decide.
+    offload = rows[rows["policy"] == "offload_dot_with_no_batch_dims"].iloc[0]
+    assert offload["peak_bytes"] > 1.3 * offload["measured_peak"]
+
+
+def test_the_estimated_time_ratios_are_the_h200s_within_a_quarter(measured_against_estimated):
+    rows = measured_against_estimated[measured_against_estimated["config"] == "xl_bf16"].set_index("policy")
+    assert rows["measured_ratio"].notna().all()
+    relative = rows["estimated_ratio"] / rows["measured_ratio"]
+    assert np.all(np.abs(relative - 1) <= 0.25), relative
+    # As measured: both offloading policies slower than recomputing everything, and
+    # recomputing no slower than keeping everything.
+    for name in ("offload_mlp_hidden", "offload_dot_with_no_batch_dims"):
+        assert rows.loc[name, "estimated_seconds"] > rows.loc["nothing_saveable", "estimated_seconds"]
+        assert rows.loc[name, "measured_seconds"] > rows.loc["nothing_saveable", "measured_seconds"]
+    assert rows.loc["nothing_saveable", "estimated_ratio"] < 1 and rows.loc["nothing_saveable", "measured_ratio"] < 1
