@@ -1,195 +1,318 @@
-"""Checks the ahead-of-time memory figures against the compiler of a real GPU or TPU.
+"""Measures the reference transformer's gradient on a real NVIDIA GPU, beside the package's predictions.
 
-``compare_policies(..., target="h100")`` and the other targets compile for an accelerator
-that is not on the machine. Run on a machine that has one, this script compiles the same
-programs, ``jax.jit(jax.grad(loss))`` of the reference transformer and of the exercise
-pipeline under a few checkpoint policies, twice: once for the local device, with the
-arguments placed on it, and once for the matching entry of
-``remat_guide.targets.TARGETS``, ahead of time as the site does. It prints the two
-``memory_analysis()`` figures side by side (temp, peak, host temp, argument and output
-bytes) and their differences. These are compiler figures, XLA's buffer assignment, not a
-measurement of a run; ``--run`` also runs each local program once and reports the
-backend's ``peak_bytes_in_use`` where it provides one.
+What ``docs/_hardware/h200-2026-11-27.json`` holds, measured again on the local GPU: for
+``jax.jit(jax.grad(transformer_loss(policy)))`` of ``remat_guide.models`` under six policies
+at four sizes, each program in a fresh process,
 
-How to run it, on the machine with the GPU or TPU::
+- ``run_noat``: compiled on the device without autotuning (as the package compiles GPU
+  targets), ``memory_analysis()``, one run, the allocator's peak (arguments included);
+- ``run``: the same with XLA's defaults (autotuning on, as users run);
+- ``time``: as ``run``, then 2 warm-up steps and 8 timed ones (their median);
+- the host link: ``jax.device_put`` of 64 MiB and 1 GiB between device and pinned host
+  memory, each way, best and median of 5.
 
-    pip install -e .            # in a checkout of this repository, with JAX for that device
-    python benchmarks/check_on_hardware.py                  # compile only
-    python benchmarks/check_on_hardware.py --run --out results/
+Beside each program it prints the package's prediction for the matching target
+(``remat_guide.targets``): ``device_bytes`` (arguments + outputs + temp) and the estimated
+step time, from the same program compiled without autotuning. It writes the JSON with the
+same fields as the stored measurement, which the site's accelerators page reads.
 
-Do not set ``JAX_PLATFORMS=cpu`` there (``make`` sets it; this script does not): JAX must
-start the accelerator. The target is found by comparing ``jax.devices()[0].device_kind``
-with ``Target.device_kind``; ``--target NAME`` picks one by hand. On a machine without an
-accelerator the script says so and exits 0, compiling nothing.
+It needs only JAX (0.11 or newer) with its CUDA plugin on the GPU machine, not the site's
+pinned versions: when the package is not installed there, the modules it needs
+(``models``, ``targets``; they import only JAX and NumPy) are loaded from this checkout's
+``src/`` without the package's ``__init__``. Run it on that machine::
+
+    python benchmarks/check_on_hardware.py --out results/
+    python benchmarks/check_on_hardware.py --sizes large,xl_bf16 --time-sizes xl_bf16
+
+Do not set ``JAX_PLATFORMS=cpu`` there (``make`` sets it; this script does not). On a
+machine without an NVIDIA GPU it says so and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.machinery
+import importlib.metadata
+import importlib.util
 import json
+import os
 import pathlib
+import subprocess
 import sys
+import time
 
-import jax
-
-from remat_guide import models
-from remat_guide.targets import TARGETS, place, target, target_devices
-
-TRANSFORMER = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
-EXERCISE = dict(n=1024, d=512)
-POLICIES = {
-    "no checkpoint": None,
-    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "save_only_these_names('mlp_hidden')": jax.checkpoint_policies.save_only_these_names("mlp_hidden"),
-    "offload 'mlp_hidden' to pinned_host": jax.checkpoint_policies.save_and_offload_only_these_names(
-        names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
-        offload_src="device", offload_dst="pinned_host"),
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
+SIZES = {
+    "page": dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024, dtype="float32"),
+    "large": dict(layers=8, batch=8, seq=1024, d_model=1024, heads=8, mlp_dim=4096, dtype="float32"),
+    "large_bf16": dict(layers=8, batch=8, seq=1024, d_model=1024, heads=8, mlp_dim=4096, dtype="bfloat16"),
+    "xl_bf16": dict(layers=16, batch=8, seq=2048, d_model=2048, heads=16, mlp_dim=8192, dtype="bfloat16"),
 }
-# The exercise pipeline tags no value with checkpoint_name, so the name-based policies
-# would only repeat nothing_saveable there.
-NAME_BASED = {"save_only_these_names('mlp_hidden')", "offload 'mlp_hidden' to pinned_host"}
-MODELS = {
-    "transformer": (models.transformer_loss, models.transformer_args(**TRANSFORMER), set()),
-    "exercise": (models.exercise_loss, models.exercise_args(**EXERCISE), NAME_BASED),
+POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+            "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
+MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+                 "host_temp_size_in_bytes", "peak_memory_in_bytes")
+MODES = {
+    "run": "compiled on the device with XLA's defaults (autotuning on); one run",
+    "run_noat": "compiled on the device with --xla_gpu_autotune_level=0 (as remat_guide compiles GPU targets); "
+                "one run",
+    "time": "as run (autotuning on), then 2 warm-up steps and 8 timed steps; step_ms sorted, step_ms_median "
+            "their median",
 }
-FIGURES = {  # the name printed, and the attribute of memory_analysis()
-    "temp": "temp_size_in_bytes",
-    "peak": "peak_memory_in_bytes",
-    "host temp": "host_temp_size_in_bytes",
-    "argument": "argument_size_in_bytes",
-    "output": "output_size_in_bytes",
+FIELDS = {
+    "*_size_in_bytes, peak_memory_in_bytes": "compiled.memory_analysis() of the on-device compile",
+    "in_use_args": "allocator bytes_in_use with the arguments resident, before compiling",
+    "peak_after_compile": "allocator peak_bytes_in_use after compiling (autotuning allocates scratch)",
+    "peak_after_run": "allocator peak_bytes_in_use after the run(s): the real peak of the process, "
+                      "arguments included",
+    "predicted_*": "remat_guide's figures for the matching target, from the run_noat compile",
 }
 
 
-def memory_figures(compiled) -> dict[str, int]:
+def package_modules():
+    """``remat_guide.models`` and ``remat_guide.targets``: installed, or loaded from ``src/`` without ``__init__``."""
+    try:
+        from remat_guide import models, targets
+        return models, targets
+    except ImportError:
+        pass
+    spec = importlib.machinery.ModuleSpec("remat_guide", None, is_package=True)
+    package = importlib.util.module_from_spec(spec)
+    package.__path__ = [str(SRC / "remat_guide")]
+    sys.modules["remat_guide"] = package
+    from remat_guide import models, targets
+    return models, targets
+
+
+def policy(name: str):
+    import jax
+    policies = jax.checkpoint_policies
+    if name == "none":
+        return None
+    if name == "offload_mlp_hidden":
+        return policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
+            offload_src="device", offload_dst="pinned_host")
+    if name == "offload_dot_with_no_batch_dims":
+        return policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    return getattr(policies, name)
+
+
+def matching_target(targets, device_kind: str) -> str | None:
+    """The package's target for the local GPU, by its device kind (a real H200 reports ``NVIDIA H200``)."""
+    for name, chosen in targets.TARGETS.items():
+        if chosen.platform == "cuda" and (chosen.device_kind == device_kind
+                                          or chosen.device_kind.startswith(device_kind + " ")):
+            return name
+    return None
+
+
+def child(size: str, name: str, mode: str) -> dict:
+    """One program in this process: compile on the GPU, run, and read the allocator."""
+    import jax
+    import jax.numpy as jnp
+
+    models, targets = package_modules()
+    sizes = dict(SIZES[size])
+    dtype = jnp.dtype(sizes.pop("dtype"))
+    params, x = models.transformer_args(**sizes)
+    device = jax.devices()[0]
+    keys = jax.random.split(jax.random.key(0), len(jax.tree.leaves(params)) + 1)
+    leaves, tree = jax.tree.flatten(params)
+    values = [jax.random.normal(k, s.shape, jnp.float32).astype(dtype) * 0.02 for k, s in zip(keys, leaves)]
+    params = jax.tree.unflatten(tree, values)
+    x = jax.random.normal(keys[-1], x.shape, jnp.float32).astype(dtype)
+    jax.block_until_ready((params, x))
+    record = {"cfg": size, "policy": name, "mode": mode, "jax": jax.__version__, "device_kind": device.device_kind,
+              "in_use_args": (device.memory_stats() or {}).get("bytes_in_use")}
+    gradient = jax.jit(jax.grad(models.transformer_loss(policy(name))))
+    compiled = gradient.lower(params, x).compile()
+    record["peak_after_compile"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    jax.block_until_ready(compiled(params, x))
+    if mode == "time":
+        for _ in range(2):
+            jax.block_until_ready(compiled(params, x))
+        steps = []
+        for _ in range(8):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(params, x))
+            steps.append(time.perf_counter() - start)
+        steps.sort()
+        record["step_ms"] = [round(s * 1e3, 3) for s in steps]
+        record["step_ms_median"] = round(steps[len(steps) // 2] * 1e3, 3)
+    record["peak_after_run"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
     memory = compiled.memory_analysis()
-    return {name: int(getattr(memory, attribute)) for name, attribute in FIGURES.items()}
+    record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
+    chosen = matching_target(targets, device.device_kind)
+    if mode == "run_noat" and chosen is not None:
+        record["predicted_target"] = chosen
+        record["predicted_device_bytes"] = targets.device_bytes(memory, chosen)
+        record["predicted_step_seconds"] = targets.estimate_step(compiled, chosen).seconds
+    return record
 
 
-def on_device(specs, device):
-    """The abstract arguments, each placed on ``device``."""
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), specs)
+def host_link() -> dict:
+    """``jax.device_put`` between device and pinned host memory, each way: best and median GB/s of 5."""
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    on_device = jax.sharding.SingleDeviceSharding(device, memory_kind="device")
+    on_host = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+    found = {}
+    for mib in (64, 1024):
+        value = jax.device_put(jnp.ones((mib * 2**19,), jnp.bfloat16), on_device)
+        rates = {"d2h": [], "h2d": []}
+        for _ in range(5):
+            start = time.perf_counter()
+            host = jax.block_until_ready(jax.device_put(value, on_host))
+            rates["d2h"].append(mib * 2**20 / (time.perf_counter() - start) / 1e9)
+            start = time.perf_counter()
+            jax.block_until_ready(jax.device_put(host, on_device))
+            rates["h2d"].append(mib * 2**20 / (time.perf_counter() - start) / 1e9)
+        found[f"{mib}MiB"] = {
+            **{f"{way}_GBps": round(max(r), 1) for way, r in rates.items()},
+            **{f"{way}_median_GBps": round(sorted(r)[2], 1) for way, r in rates.items()}}
+    return found
 
 
-def run_once(compiled, specs, device) -> dict:
-    """Runs a compiled program once on random arguments; the backend's memory statistics after it."""
-    leaves, tree = jax.tree.flatten(specs)
-    keys = jax.random.split(jax.random.key(0), len(leaves))
-    values = jax.device_put(
-        jax.tree.unflatten(tree, [0.05 * jax.random.normal(k, s.shape, s.dtype) for k, s in zip(keys, leaves)]),
-        device)
-    before = device.memory_stats() or {}
-    jax.block_until_ready(compiled(*values))
-    after = device.memory_stats() or {}
-    if "peak_bytes_in_use" not in after:
-        return {"peak_bytes_in_use": None, "note": f"{device.platform} reports no peak_bytes_in_use"}
-    # The backend's peak is the high-water mark of the whole process, never reset.
-    return {"peak_bytes_in_use": after["peak_bytes_in_use"],
-            "raised_by_this_run": after["peak_bytes_in_use"] > before.get("peak_bytes_in_use", 0)}
+def run_child(arguments: list[str], environment: dict) -> tuple[dict | None, str]:
+    done = subprocess.run([sys.executable, __file__, *arguments], capture_output=True, text=True,
+                          env=environment)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:]), ""
+    return None, done.stderr[-1500:]
 
 
-def matching_target(device) -> str | None:
-    """The target whose device_kind is the device's, else the one target whose device_kind begins with it.
+def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) -> tuple[list[dict], list]:
+    """Runs every job in its own process; timing and the largest size run alone on the GPU."""
+    base = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    no_autotune = dict(base, XLA_FLAGS=(base.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip())
+    results, skipped, start = [], [], time.time()
+    pending = list(jobs)
+    running: list[tuple[tuple, subprocess.Popen]] = []
+    while pending or running:
+        for job, process in list(running):
+            if process.poll() is None:
+                continue
+            running.remove((job, process))
+            out, err = process.communicate()
+            record = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
+            if record is None:
+                print(f"failed: {job}\n{err[-1500:]}", flush=True)
+            else:
+                results.append(record)
+                print(f"done: {' '.join(job)}", flush=True)
+        while pending and time.time() - start < limit_s:
+            job = pending[0]
+            alone = job[2] == "time" or job[0] == "xl_bf16"
+            if running and (alone or len(running) >= parallel or any(
+                    j[2] == "time" or j[0] == "xl_bf16" for j, _ in running)):
+                break
+            pending.pop(0)
+            environment = no_autotune if job[2] == "run_noat" else base
+            process = subprocess.Popen([sys.executable, __file__, "--child", *job], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, env=environment)
+            running.append((job, process))
+        if pending and time.time() - start >= limit_s and not running:
+            skipped, pending = list(pending), []
+        time.sleep(0.2)
+    return results, skipped
 
-    A real H200 reports 'NVIDIA H200' (seen on one, with JAX 0.11.2), XLA's target description
-    'NVIDIA H200 141GB HBM3e'; two candidates (an H100 SXM and PCIe) leave the choice to --target.
-    """
-    kinds = {name: candidate.device_kind for name, candidate in TARGETS.items()}
-    exact = [name for name, kind in kinds.items() if kind == device.device_kind]
-    if exact:
-        return exact[0]
-    prefixed = [name for name, kind in kinds.items() if kind.startswith(device.device_kind + " ")]
-    return prefixed[0] if len(prefixed) == 1 else None
+
+def summary(rows: list[dict]) -> None:
+    mib = 2**20
+    by = {(r["cfg"], r["policy"], r["mode"]): r for r in rows}
+    print(f"\n{'size':10} {'policy':32} {'a+o+t':>9} {'predicted':>9} {'real':>9} {'XLA peak':>9} "
+          f"{'autotune':>8} {'step ms':>8} {'est ms':>8} {'ratio':>6} {'est':>6}  (MiB)")
+    for size in SIZES:
+        base_time = (by.get((size, "none", "time")) or {}).get("step_ms_median")
+        base_est = (by.get((size, "none", "run_noat")) or {}).get("predicted_step_seconds")
+        for name in POLICIES:
+            noat, timed = by.get((size, name, "run_noat")), by.get((size, name, "time"))
+            tuned = timed or by.get((size, name, "run"))
+            if noat is None:
+                continue
+            total = noat["argument_size_in_bytes"] + noat["output_size_in_bytes"] + noat["temp_size_in_bytes"]
+            growth = (tuned["temp_size_in_bytes"] / noat["temp_size_in_bytes"] - 1) if tuned else None
+            step = timed["step_ms_median"] if timed else None
+            estimate = noat.get("predicted_step_seconds")
+
+            def cell(value, width, digits=1):
+                return f"{value:{width}.{digits}f}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
+
+            print(f"{size:10} {name:32} {cell(total / mib, 9)} "
+                  f"{cell((noat.get('predicted_device_bytes') or 0) / mib or None, 9)} "
+                  f"{cell(noat['peak_after_run'] / mib, 9)} {cell(noat['peak_memory_in_bytes'] / mib, 9)} "
+                  f"{cell(None if growth is None else growth * 100, 7)}% {cell(step, 8)} "
+                  f"{cell(None if estimate is None else estimate * 1e3, 8)} "
+                  f"{cell(step / base_time if step and base_time else None, 6, 3)} "
+                  f"{cell(estimate / base_est if estimate and base_est else None, 6, 3)}")
 
 
-def print_comparison(model: str, label: str, local: dict, ahead: dict, local_name: str, target_name: str) -> None:
-    width = max(len(local_name), len(target_name), 14)
-    print(f"\n{model} / {label}")
-    print(f"  {'bytes':<10} {local_name:>{width}} {target_name:>{width}} {'difference':>14} {'relative':>8}")
-    for name in FIGURES:
-        difference = ahead[name] - local[name]
-        relative = f"{difference / local[name]:+.1%}" if local[name] else ""
-        print(f"  {name:<10} {local[name]:>{width},} {ahead[name]:>{width},} {difference:>+14,} {relative:>8}")
+def software() -> str:
+    import jax
+    plugins = []
+    for name in ("jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin"):
+        try:
+            plugins.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ", ".join([f"jax {jax.__version__}", *plugins])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=list(TARGETS), help="the ahead-of-time target to compare with "
-                        "(default: the one whose device_kind is the local device's)")
-    parser.add_argument("--run", action="store_true",
-                        help="also run each local program once and report the backend's peak_bytes_in_use")
-    parser.add_argument("--out", type=pathlib.Path, help="write check_on_hardware.json to this folder")
-    # For testing without hardware: an ahead-of-time target stands in for the local device,
-    # so both columns come from the same compiler and must agree.
-    parser.add_argument("--pretend-local", choices=list(TARGETS), help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default=",".join(SIZES), help="sizes to measure (default: all four)")
+    parser.add_argument("--time-sizes", default="large_bf16,xl_bf16", help="sizes whose step time is measured")
+    parser.add_argument("--modes", default="run_noat,run", help="memory modes besides time")
+    parser.add_argument("--parallel", type=int, default=3, help="programs at once on the GPU (small sizes)")
+    parser.add_argument("--limit-s", type=float, default=480, help="start no program after this many seconds")
+    parser.add_argument("--out", type=pathlib.Path, help="write the JSON into this folder")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--host-link", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
-    if options.pretend_local and options.run:
-        parser.error("--run needs a real device; --pretend-local has none")
+    if options.child or options.host_link:
+        found = child(*options.child) if options.child else host_link()
+        print("RESULT " + json.dumps(found), flush=True)
+        return 0
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
 
-    if options.pretend_local:
-        device = target_devices(options.pretend_local, 1)[0]
-        local_name = f"pretend local ({options.pretend_local})"
-    else:
-        devices = jax.devices()
-        device = devices[0]
-        if device.platform == "cpu":
-            print(f"No accelerator: jax.devices() reports {devices} (platform {device.platform!r}, "
-                  f"device_kind {device.device_kind!r}). Nothing compiled. Run this script on a machine "
-                  "with a GPU or TPU, without JAX_PLATFORMS=cpu.")
-            return 0
-        local_name = f"local ({device.device_kind})"
-
-    name = options.target or options.pretend_local or matching_target(device)
-    if name is None:
-        known = ", ".join(f"{n} ({t.device_kind!r})" for n, t in TARGETS.items())
-        print(f"No target has the device_kind {device.device_kind!r} of the local device {device}; "
-              f"pick one with --target NAME. Known targets: {known}", file=sys.stderr)
-        return 2
-    chosen = target(name)
-    print(f"JAX {jax.__version__}; local device: {device} ({device.device_kind!r}, platform {device.platform})")
-    print(f"ahead-of-time target: {chosen.name} ({chosen.device_kind!r}), compiled by {chosen.compiler}")
-    print("Figures are memory_analysis() of the compiled programs: the compiler's buffer assignment, not a run.")
-
-    results, failed = [], 0
-    for model, (loss_for, specs, skipped) in MODELS.items():
-        local_args = place(specs, options.pretend_local) if options.pretend_local else on_device(specs, device)
-        target_args = place(specs, chosen)
-        for label, policy in POLICIES.items():
-            if label in skipped:
-                continue
-            gradient = jax.jit(jax.grad(loss_for(policy)))
-            record = {"model": model, "policy": label}
-            try:
-                local_compiled = gradient.lower(*local_args).compile()
-                record["local"] = memory_figures(local_compiled)
-                record["target"] = memory_figures(gradient.lower(*target_args).compile())
-                record["difference"] = {k: record["target"][k] - record["local"][k] for k in FIGURES}
-                print_comparison(model, label, record["local"], record["target"], local_name, chosen.name)
-                if options.run:
-                    record["run"] = run = run_once(local_compiled, specs, device)
-                    if run["peak_bytes_in_use"] is None:
-                        print(f"  run: {run['note']}")
-                    else:
-                        print(f"  run: peak_bytes_in_use {run['peak_bytes_in_use']:,} (the process's high-water "
-                              f"mark; {'raised' if run['raised_by_this_run'] else 'not raised'} by this run)")
-            except Exception as error:  # one failing program should not hide the others' figures
-                failed += 1
-                record["error"] = f"{type(error).__name__}: {error}"
-                print(f"\n{model} / {label}\n  FAILED: {record['error']}")
-            results.append(record)
-
+    devices = [d for d in jax.devices() if d.platform == "gpu"]
+    if not devices:
+        print(f"no NVIDIA GPU here (JAX sees {jax.devices()[0].platform}); nothing to measure")
+        return 0
+    kind = devices[0].device_kind
+    print(f"local GPU: {kind}; {software()}", flush=True)
+    sizes = [s for s in options.sizes.split(",") if s]
+    timed = {s for s in options.time_sizes.split(",") if s}
+    modes = [m for m in options.modes.split(",") if m]
+    # Step times first, the largest size first: what the stored measurement has least of.
+    jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in POLICIES]
+    jobs += [(size, name, mode) for size in sizes for mode in modes for name in POLICIES]
+    link, error = run_child(["--host-link"], dict(os.environ))
+    results, skipped = schedule(jobs, options.parallel, options.limit_s)
+    summary(results)
+    found = {
+        "what": "jax.jit(jax.grad(transformer_loss(policy))) of remat_guide.models (argnums=0), compiled and run "
+                f"on one {kind}",
+        "measured_on": datetime.date.today().isoformat(), "device": kind, "software": software(),
+        "configs": {s: SIZES[s] for s in sizes}, "modes": MODES, "fields": FIELDS,
+        "method": "benchmarks/check_on_hardware.py: one fresh process per program, "
+                  "XLA_PYTHON_CLIENT_PREALLOCATE=false, parameters and input random normal x 0.02",
+        "host_link": link or {"error": error}, "rows": results,
+        "not_measured": [list(job) for job in skipped]}
+    if skipped:
+        print(f"not measured within --limit-s: {len(skipped)} programs", flush=True)
     if options.out:
         options.out.mkdir(parents=True, exist_ok=True)
-        report = {"jax": jax.__version__, "local_device": str(device), "local_device_kind": device.device_kind,
-                  "pretend_local": options.pretend_local, "target": chosen.name,
-                  "target_device_kind": chosen.device_kind, "target_compiler": chosen.compiler,
-                  "transformer": TRANSFORMER, "exercise": EXERCISE, "programs": results}
-        path = options.out / "check_on_hardware.json"
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {path}")
-    return 1 if failed else 0
+        path = options.out / f"{kind.lower().replace(' ', '-')}-{found['measured_on']}.json"
+        path.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
