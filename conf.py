@@ -25,6 +25,7 @@ extensions = [
     "figure_store",  # names the page each kernel runs for; logs what the figure store gave the build
 ]
 
+exclude_patterns = ["_hardware"]  # measured data and its provenance note, read by pages, not a page
 myst_enable_extensions = ["colon_fence", "substitution"]
 myst_heading_anchors = 3
 myst_substitutions = {"jax_version": jax.__version__}

@@ -36,7 +36,7 @@ import remat_guide.planner
 from remat_guide import compare_policies, models, plan_names
 from remat_guide._measure import Measurement
 from remat_guide.compare import STANDARD_POLICIES
-from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, pick, plan_label, plan_policy
+from remat_guide.planner import KEEP, OFFLOAD, RECOMPUTE, cost, pick, plan_label, plan_policy
 
 REFERENCE = dict(layers=4, batch=4, seq=128, d_model=256, heads=4, mlp_dim=1024)
 SMALL = dict(layers=2, batch=2, seq=64, d_model=64, heads=2, mlp_dim=256)
@@ -96,7 +96,7 @@ def _equally_good(row, truth, tolerance: float = 5e-3) -> bool:
         return row is truth
     return row.name == truth.name or (
         row.host_bytes == truth.host_bytes and row.device_bytes == truth.device_bytes
-        and abs(row.flops - truth.flops) <= tolerance * min(row.flops, truth.flops))
+        and abs(cost(row) - cost(truth)) <= tolerance * min(cost(row), cost(truth)))
 
 
 def _plans():
@@ -123,7 +123,9 @@ def exhaustive(target: str, model: str = "small") -> dict:
     def answered(programs, inputs):  # the planner's compiles, answered from the table
         asked.extend(program.label for program in programs)
         return [Measurement(rows[p.label].residual_bytes, rows[p.label].temp_bytes, rows[p.label].flops,
-                            rows[p.label].reported_flops, rows[p.label].peak_bytes, rows[p.label].host_bytes)
+                            rows[p.label].reported_flops, rows[p.label].peak_bytes, rows[p.label].host_bytes,
+                            rows[p.label].argument_bytes, rows[p.label].output_bytes, rows[p.label].alias_bytes,
+                            rows[p.label].step_seconds)
                 for p in programs]
 
     figures = sorted({row.device_bytes for row in rows.values()})

@@ -109,10 +109,12 @@ def _target_timings(specs) -> list[dict]:
         results.append({
             "target": name, "label": name or f"this machine ({jax.devices()[0].platform})",
             "compiler": "XLA's CPU compiler (jaxlib)" if name is None else target(name).compiler,
-            "device_figure": "temp_bytes" if name is None else "peak_bytes",
+            "device_figure": ("temp_bytes" if name is None else "peak_bytes" if target(name).platform == "tpu"
+                              else "argument + output + temp - alias bytes"),
             "first_use_s": first_use_s, **timing,
             "policies": [{"policy": row.name, "device_bytes": row.device_bytes, "temp_bytes": row.temp_bytes,
                           "peak_bytes": row.peak_bytes, "host_bytes": row.host_bytes,
+                          "step_seconds": row.step_seconds,
                           "residual_bytes": row.residual_bytes, "flops_ratio": row.flops_ratio}
                          for row in rows],
         })
@@ -135,8 +137,8 @@ def _target_lines(results: list[dict]) -> list[str]:
           f"{r['compiles']} | {r['compile_s']:.2f} | {r['wall_over_compile']:.3f} |" for r in results],
         "",
         "Device figure per policy (`PolicyRow.device_bytes`): XLA temp on this machine's CPU, the "
-        "program's peak (arguments and outputs included) on a target; host bytes offloaded in brackets "
-        "when any.",
+        "program's peak on a TPU target, arguments + outputs + temp - aliased bytes on a GPU target; host "
+        "bytes offloaded in brackets when any.",
         "",
         "| policy | " + " | ".join(f"{r['label']}: {'temp' if r['target'] is None else 'peak'} MiB"
                                    for r in results) + " | FLOPs ratio |",

@@ -145,10 +145,12 @@ def child(size: str, name: str, mode: str) -> dict:
     memory = compiled.memory_analysis()
     record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
     chosen = matching_target(targets, device.device_kind)
-    if mode == "run_noat" and chosen is not None:
+    if chosen is not None:  # from the program compiled without autotuning, as the package compiles
+        planned = (compiled if mode == "run_noat" else
+                   gradient.lower(params, x).compile(compiler_options={"xla_gpu_autotune_level": 0}))
         record["predicted_target"] = chosen
-        record["predicted_device_bytes"] = targets.device_bytes(memory, chosen)
-        record["predicted_step_seconds"] = targets.estimate_step(compiled, chosen).seconds
+        record["predicted_device_bytes"] = targets.device_bytes(planned.memory_analysis(), chosen)
+        record["predicted_step_seconds"] = targets.estimate_step(planned, chosen).seconds
     return record
 
 
@@ -223,33 +225,36 @@ def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) ->
 
 
 def summary(rows: list[dict]) -> None:
+    """Each program's measured figures beside the package's predictions (MiB, ms)."""
     mib = 2**20
     by = {(r["cfg"], r["policy"], r["mode"]): r for r in rows}
-    print(f"\n{'size':10} {'policy':32} {'a+o+t':>9} {'predicted':>9} {'real':>9} {'XLA peak':>9} "
-          f"{'autotune':>8} {'step ms':>8} {'est ms':>8} {'ratio':>6} {'est':>6}  (MiB)")
+
+    def cell(value, width, digits=1):
+        return f"{value:{width}.{digits}f}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
+
+    print(f"\n{'size':10} {'policy':32} {'predicted':>9} {'real':>9} {'XLA peak':>9} {'autotune':>8} "
+          f"{'step ms':>8} {'est ms':>8} {'ratio':>6} {'est':>6}   (memory in MiB, without autotuning)")
     for size in SIZES:
-        base_time = (by.get((size, "none", "time")) or {}).get("step_ms_median")
-        base_est = (by.get((size, "none", "run_noat")) or {}).get("predicted_step_seconds")
+        base = by.get((size, "none", "time")) or {}
         for name in POLICIES:
             noat, timed = by.get((size, name, "run_noat")), by.get((size, name, "time"))
             tuned = timed or by.get((size, name, "run"))
-            if noat is None:
+            any_row = noat or tuned
+            if any_row is None:
                 continue
-            total = noat["argument_size_in_bytes"] + noat["output_size_in_bytes"] + noat["temp_size_in_bytes"]
-            growth = (tuned["temp_size_in_bytes"] / noat["temp_size_in_bytes"] - 1) if tuned else None
-            step = timed["step_ms_median"] if timed else None
-            estimate = noat.get("predicted_step_seconds")
-
-            def cell(value, width, digits=1):
-                return f"{value:{width}.{digits}f}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
-
-            print(f"{size:10} {name:32} {cell(total / mib, 9)} "
-                  f"{cell((noat.get('predicted_device_bytes') or 0) / mib or None, 9)} "
-                  f"{cell(noat['peak_after_run'] / mib, 9)} {cell(noat['peak_memory_in_bytes'] / mib, 9)} "
+            growth = (tuned["temp_size_in_bytes"] / noat["temp_size_in_bytes"] - 1
+                      if tuned and noat and noat["temp_size_in_bytes"] else None)
+            step, estimate = (timed or {}).get("step_ms_median"), any_row.get("predicted_step_seconds")
+            predicted = any_row.get("predicted_device_bytes")
+            measured_ratio = step / base["step_ms_median"] if step and base.get("step_ms_median") else None
+            estimated_ratio = (estimate / base["predicted_step_seconds"]
+                               if estimate and base.get("predicted_step_seconds") else None)
+            print(f"{size:10} {name:32} {cell(predicted and predicted / mib, 9)} "
+                  f"{cell(noat and noat['peak_after_run'] / mib, 9)} "
+                  f"{cell(noat and noat['peak_memory_in_bytes'] / mib, 9)} "
                   f"{cell(None if growth is None else growth * 100, 7)}% {cell(step, 8)} "
                   f"{cell(None if estimate is None else estimate * 1e3, 8)} "
-                  f"{cell(step / base_time if step and base_time else None, 6, 3)} "
-                  f"{cell(estimate / base_est if estimate and base_est else None, 6, 3)}")
+                  f"{cell(measured_ratio, 6, 3)} {cell(estimated_ratio, 6, 3)}")
 
 
 def software() -> str:

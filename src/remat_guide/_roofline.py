@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Estimate", "kernels", "step_seconds"]
+__all__ = ["kernels", "step_seconds"]
 
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
           "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
@@ -114,6 +114,17 @@ def _dims(attributes: str, key: str) -> tuple[int, ...]:
     return tuple(int(d) for d in match.group(1).split(",") if d) if match else ()
 
 
+def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
+    """A dot's FLOPs, 2 per multiply-add, under the dtype class of its left operand."""
+    lhs = by_name.get(dot.operands[0]) if dot.operands else None
+    if lhs is None or not lhs.arrays or not dot.arrays:
+        return {}
+    operand = lhs.arrays[0]
+    contracted = math.prod(operand.dims[d] for d in _dims(dot.attributes, "lhs_contracting_dims"))
+    kind = _MATMUL_KINDS.get("f8" if operand.dtype.startswith("f8") else operand.dtype, "f32")
+    return {kind: 2 * math.prod(dot.arrays[0].dims) * contracted}
+
+
 class _Program:
     """One compiled program's computations, walked from its entry."""
 
@@ -131,15 +142,8 @@ class _Program:
         flops: collections.Counter = collections.Counter()
         by_name = self.shapes(computation)
         for instruction in self.computations.get(computation, []):
-            if instruction.opcode == "dot" and len(instruction.operands) >= 2:
-                lhs = by_name.get(instruction.operands[0])
-                if lhs is None or not lhs.arrays:
-                    continue
-                contracted = math.prod(lhs.arrays[0].dims[d] for d in _dims(instruction.attributes,
-                                                                            "lhs_contracting_dims"))
-                kind = _MATMUL_KINDS.get(lhs.arrays[0].dtype[:3] if lhs.arrays[0].dtype.startswith("f8")
-                                         else lhs.arrays[0].dtype, "f32")
-                flops[kind] += 2 * math.prod(instruction.arrays[0].dims) * contracted
+            if instruction.opcode == "dot":
+                flops.update(_dot_flops(instruction, by_name))
             for called in _CALLS.findall(instruction.attributes):
                 if called not in seen:
                     flops.update(self.matmul_flops(called, seen | {computation}))
@@ -229,25 +233,18 @@ class _Program:
                     if name in self.computations and name not in seen:
                         self.walk(name, times, seen | {computation})
                 continue
-            if called and opcode in ("fusion", "fusion-start", "async-start", "copy-start"):
+            if called and opcode in ("fusion", "fusion-start", "async-start"):
                 flops = self.matmul_flops(called[0])
                 device, host_out, host_in = self.fused_bytes(instruction, called[0])
+            elif opcode == "copy-start" and instruction.arrays:
+                flops = {}
+                device, host_out, host_in = self.copy_bytes(instruction, by_name)
             else:
-                flops = ({} if opcode != "dot" else self.matmul_flops_plain(instruction, by_name))
+                flops = _dot_flops(instruction, by_name) if opcode == "dot" else {}
                 device, host_out, host_in = self.plain_bytes(instruction, by_name)
-                if opcode == "copy-start" and instruction.arrays:
-                    device, host_out, host_in = self.copy_bytes(instruction, by_name)
             self.host_out += times * host_out
             self.host_in += times * host_in
             self.found[(tuple(sorted(flops.items())), device)] += times
-
-    def matmul_flops_plain(self, instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
-        lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
-        if lhs is None or not lhs.arrays:
-            return {}
-        contracted = math.prod(lhs.arrays[0].dims[d] for d in _dims(instruction.attributes, "lhs_contracting_dims"))
-        kind = _MATMUL_KINDS.get(lhs.arrays[0].dtype, "f32")
-        return {kind: 2 * math.prod(instruction.arrays[0].dims) * contracted}
 
     @staticmethod
     def copy_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
@@ -283,33 +280,18 @@ def kernels(text: str) -> dict[str, Any]:
             "host_out": program.host_out, "host_in": program.host_in}
 
 
-@dataclasses.dataclass(frozen=True)
-class Estimate:
-    """A program's estimated step time on a target, and the parts it adds up.
-
-    Attributes:
-        seconds: The estimate: ``kernel_seconds + transfer_seconds``.
-        kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
-        compute_seconds: The matmul time alone, summed over kernels.
-        memory_seconds: The device-memory time alone, summed over kernels.
-        transfer_seconds: The host-link time: bytes out, then bytes back.
-    """
-
-    seconds: float
-    kernel_seconds: float
-    compute_seconds: float
-    memory_seconds: float
-    transfer_seconds: float
-
-
 def _pairs(figures: Mapping[str, Any]) -> Iterator[tuple[int, dict[str, int], int]]:
     for count, flops, device in figures["kernels"]:
         yield int(count), dict(flops), int(device)
 
 
 def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
-                 host_bandwidth: float) -> Estimate:
+                 host_bandwidth: float) -> dict[str, float]:
     """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
+
+    Returns ``seconds`` (kernels, then transfers), ``kernel_seconds`` (each kernel's slower
+    resource, summed), ``compute_seconds`` and ``memory_seconds`` (each resource alone,
+    summed) and ``transfer_seconds`` (the host link, out and back).
 
     Args:
         figures: What :func:`kernels` returned.
@@ -325,4 +307,5 @@ def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, floa
         memory += count * moved
         kernel += count * max(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / host_bandwidth
-    return Estimate(kernel + transfer, kernel, compute, memory, transfer)
+    return {"seconds": kernel + transfer, "kernel_seconds": kernel, "compute_seconds": compute,
+            "memory_seconds": memory, "transfer_seconds": transfer}

@@ -462,8 +462,9 @@ def recommend_policy(
     long a step takes. A tie goes to the one using less memory.
 
     On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
-    H200 the temporary memory with autotuning was up to 10% above the figure compiled
-    ahead of time (without it). Leave that margin out of ``budget_bytes`` for a GPU.
+    H200, arguments + outputs + temporary memory with autotuning were up to 10% above the
+    figure compiled without it, as here (the temporary memory alone up to 17%). Leave
+    that margin out of ``budget_bytes`` for a GPU.
 
     The row's ``policy`` is the object to pass to ``jax.checkpoint``; ``None`` means the
     loss that ``loss_for(None)`` returns, which uses no checkpoint when the row is named

@@ -17,7 +17,6 @@ import numpy as np
 
 from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr
-from remat_guide._roofline import Estimate
 
 __all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "place",
            "target", "target_devices"]
@@ -45,6 +44,25 @@ class Hardware:
     memory_bandwidth: float
     host_bandwidth: float
     source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A program's estimated step time on a GPU (see :func:`estimate_step`), and the parts it adds up.
+
+    Attributes:
+        seconds: The estimate: ``kernel_seconds + transfer_seconds``.
+        kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
+        compute_seconds: The matmul time alone, summed over kernels.
+        memory_seconds: The device-memory time alone, summed over kernels.
+        transfer_seconds: The host-link time: bytes out, then bytes back.
+    """
+
+    seconds: float
+    kernel_seconds: float
+    compute_seconds: float
+    memory_seconds: float
+    transfer_seconds: float
 
 
 EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
@@ -455,6 +473,6 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         raise TypeError(f"program must be a compiled program, its text or its stored kernels, got "
                         f"{type(program).__name__}")
     hardware = chosen.hardware
-    return roofline.step_seconds(
+    return Estimate(**roofline.step_seconds(
         figures, {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
-        hardware.memory_bandwidth * EFFICIENCY["memory"], hardware.host_bandwidth * EFFICIENCY["host"])
+        hardware.memory_bandwidth * EFFICIENCY["memory"], hardware.host_bandwidth * EFFICIENCY["host"]))

@@ -22,7 +22,7 @@ def test_choosing_page_shows_built_tables_plots_and_the_budget_error(site_dir):
 
 def test_choosing_page_shows_the_planned_sweep(built_page):
     text = page_text(built_page("choosing.html"))
-    assert "plan_names chose" in text and "best standard policy" in text and "budget (MiB)" in text
+    assert "plan_names chose" in text and "fewest-FLOPs standard policy" in text and "budget (MiB)" in text
     assert "save_dot_except_mlp" in text and "policies compiled by the sweep" in text
 
 

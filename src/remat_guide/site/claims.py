@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from remat_guide import _validation as validation
 
 __all__ = ["ClaimError", "claim"]
@@ -46,9 +48,12 @@ def claim(key: str, value: Any, *, holds: bool | Callable[[Any], Any] = True, sa
     Examples:
         In a page's cell (outside a notebook nothing is published):
 
+        >>> import numpy as np
         >>> from remat_guide.site.claims import claim
         >>> claim("speed_up", 1.31, holds=lambda r: 1.2 < r < 1.4, says="about 1.3x")
         1.31
+        >>> claim("share", np.float64(0.25), holds=np.bool_(True))  # NumPy scalars become Python's
+        0.25
         >>> claim("speed_up", 1.9, holds=lambda r: 1.2 < r < 1.4, says="about 1.3x")
         Traceback (most recent call last):
         ...
@@ -58,8 +63,10 @@ def claim(key: str, value: Any, *, holds: bool | Callable[[Any], Any] = True, sa
     if not key or not key.replace("_", "a").isalnum() or not key.isascii():
         raise ValueError(f"key must be letters, digits and '_', got {key!r}")
     validation.string(says, "says")
-    if isinstance(holds, bool):
-        ok = holds
+    if isinstance(value, np.generic):  # a NumPy or pandas scalar glues as the Python number it holds
+        value = value.item()
+    if isinstance(holds, (bool, np.bool_)):
+        ok = bool(holds)
     elif callable(holds):
         ok = bool(holds(value))
     else:

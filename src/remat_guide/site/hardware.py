@@ -15,10 +15,14 @@ from remat_guide import models
 from remat_guide.site.stored import compile_ahead
 from remat_guide.targets import device_bytes, estimate_step, place
 
-__all__ = ["MEASUREMENT", "POLICIES", "autotuning_growth", "comparison", "host_link", "measurement", "policy"]
+__all__ = ["MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement",
+           "policy"]
 
-MEASUREMENT = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware" / "h200-2026-11-27.json"
-"""The measurement, in the project's ``docs/_hardware`` (see its README for provenance)."""
+_FOLDER = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
+MEASUREMENT = _FOLDER / "h200-2026-11-27.json"
+"""The first measurement (memory of every program, step times of the largest size); see the folder's README."""
+TIMED = _FOLDER / "h200-2026-11-27-timed.json"
+"""A second run on an H200, by ``benchmarks/check_on_hardware.py``: step times of every size."""
 
 POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
             "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
@@ -46,6 +50,7 @@ def measurement(path: pathlib.Path = MEASUREMENT) -> dict[str, Any]:
 
 
 def _row(found: dict[str, Any], config: str, name: str, mode: str) -> dict[str, Any] | None:
+    """The measured row of one program in one mode, if the file has it."""
     return next((r for r in found["rows"] if (r["cfg"], r["policy"], r["mode"]) == (config, name, mode)), None)
 
 
@@ -59,14 +64,16 @@ def _compiled(config: str, name: str) -> Any:
     return compile_ahead(lowered, "h200", {"xla_gpu_autotune_level": 0})
 
 
-def comparison(configs: tuple[str, ...] | None = None) -> pd.DataFrame:
+def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = MEASUREMENT) -> pd.DataFrame:
     """Each measured program: the package's memory and time for ``target="h200"`` beside the H200's.
 
     Memory is the package's ``device_bytes`` (arguments + outputs + temp, compiled ahead
     of time, autotuning off) against the allocator's peak over one run compiled on the
     device with autotuning off (``run_noat``), with XLA's ``peak_memory_in_bytes`` beside
     them. Time is the estimated step time against the median measured one (autotuning
-    on, as users run), each also as a ratio to no checkpoint of the same size.
+    on, as users run), each also as a ratio to no checkpoint of the same size. Memory
+    comes from :data:`MEASUREMENT`, step times from ``timing`` (:data:`MEASUREMENT` or
+    :data:`TIMED`).
 
     Returns:
         One row per size and policy: ``config``, ``policy``, ``device_bytes``,
@@ -77,7 +84,7 @@ def comparison(configs: tuple[str, ...] | None = None) -> pd.DataFrame:
         and the estimate's parts ``compute_seconds``, ``memory_seconds``,
         ``transfer_seconds``.
     """
-    found = measurement()
+    found, timed_file = measurement(), measurement(timing)
     rows = []
     for config in configs or tuple(found["configs"]):
         for name in POLICIES:
@@ -85,7 +92,7 @@ def comparison(configs: tuple[str, ...] | None = None) -> pd.DataFrame:
             memory = compiled.memory_analysis()
             estimate = estimate_step(compiled.kernels, "h200")
             peak = _row(found, config, name, "run_noat")
-            timed = _row(found, config, name, "time")
+            timed = _row(timed_file, config, name, "time")
             kernels = compiled.kernels["kernels"]
             rows.append({
                 "config": config, "policy": name, "device_bytes": device_bytes(memory, "h200"),
@@ -110,13 +117,21 @@ def host_link() -> dict[str, float]:
     return {"device_to_host": link["d2h_GBps"], "host_to_device": link["h2d_GBps"]}
 
 
-def autotuning_growth() -> float:
-    """The most that XLA's default autotuning added to a measured program's temporary memory, as a share.
+def autotuning_growth(whole: bool = False) -> float:
+    """The most that XLA's default autotuning added to a measured program's memory, as a share.
 
     Each program compiled on the H200 with autotuning (``run`` or ``time``) against the
-    same program compiled there without it (``run_noat``).
+    same program compiled there without it (``run_noat``): its temporary memory, or with
+    ``whole`` its arguments + outputs + temporary memory.
     """
+
+    def size(row: dict[str, Any]) -> int:
+        if not whole:
+            return row["temp_size_in_bytes"]
+        return (row["argument_size_in_bytes"] + row["output_size_in_bytes"] + row["temp_size_in_bytes"]
+                - row["alias_size_in_bytes"])
+
     found = measurement()["rows"]
-    without = {(r["cfg"], r["policy"]): r["temp_size_in_bytes"] for r in found if r["mode"] == "run_noat"}
-    return max(r["temp_size_in_bytes"] / without[r["cfg"], r["policy"]] - 1 for r in found
+    without = {(r["cfg"], r["policy"]): size(r) for r in found if r["mode"] == "run_noat"}
+    return max(size(r) / without[r["cfg"], r["policy"]] - 1 for r in found
                if r["mode"] in ("run", "time") and (r["cfg"], r["policy"]) in without)
