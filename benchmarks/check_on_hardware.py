@@ -49,8 +49,6 @@ SIZES = {
     "large_bf16": dict(layers=8, batch=8, seq=1024, d_model=1024, heads=8, mlp_dim=4096, dtype="bfloat16"),
     "xl_bf16": dict(layers=16, batch=8, seq=2048, d_model=2048, heads=16, mlp_dim=8192, dtype="bfloat16"),
 }
-POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
-            "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
                  "host_temp_size_in_bytes", "peak_memory_in_bytes")
 MODES = {
@@ -85,20 +83,6 @@ def package_modules():
     return models, targets
 
 
-def policy(name: str):
-    import jax
-    policies = jax.checkpoint_policies
-    if name == "none":
-        return None
-    if name == "offload_mlp_hidden":
-        return policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
-            offload_src="device", offload_dst="pinned_host")
-    if name == "offload_dot_with_no_batch_dims":
-        return policies.offload_dot_with_no_batch_dims("device", "pinned_host")
-    return getattr(policies, name)
-
-
 def matching_target(targets, device_kind: str) -> str | None:
     """The package's target for the local GPU, by its device kind (a real H200 reports ``NVIDIA H200``)."""
     for name, chosen in targets.TARGETS.items():
@@ -126,7 +110,7 @@ def child(size: str, name: str, mode: str) -> dict:
     jax.block_until_ready((params, x))
     record = {"cfg": size, "policy": name, "mode": mode, "jax": jax.__version__, "device_kind": device.device_kind,
               "in_use_args": (device.memory_stats() or {}).get("bytes_in_use")}
-    gradient = jax.jit(jax.grad(models.transformer_loss(policy(name))))
+    gradient = jax.jit(jax.grad(models.transformer_loss(models.measured_policy(name))))
     compiled = gradient.lower(params, x).compile()
     record["peak_after_compile"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
     jax.block_until_ready(compiled(params, x))
@@ -188,6 +172,12 @@ def run_child(arguments: list[str], environment: dict) -> tuple[dict | None, str
     return None, done.stderr[-1500:]
 
 
+def policies() -> tuple[str, ...]:
+    """The measured policies' names, as ``remat_guide.models`` lists them."""
+    models, _ = package_modules()
+    return models.MEASURED_POLICIES
+
+
 def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) -> tuple[list[dict], list]:
     """Runs every job in its own process; timing and the largest size run alone on the GPU."""
     base = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
@@ -234,9 +224,15 @@ def summary(rows: list[dict]) -> None:
 
     print(f"\n{'size':10} {'policy':32} {'predicted':>9} {'real':>9} {'XLA peak':>9} {'autotune':>8} "
           f"{'step ms':>8} {'est ms':>8} {'ratio':>6} {'est':>6}   (memory in MiB, without autotuning)")
+    def predicted(size: str, name: str) -> float | None:
+        # The run_noat compile's, where there is one: a compile without autotuning in a
+        # process that autotuned the same program first can reuse what autotuning chose.
+        row = by.get((size, name, "run_noat")) or by.get((size, name, "time")) or {}
+        return row.get("predicted_step_seconds")
+
     for size in SIZES:
         base = by.get((size, "none", "time")) or {}
-        for name in POLICIES:
+        for name in policies():
             noat, timed = by.get((size, name, "run_noat")), by.get((size, name, "time"))
             tuned = timed or by.get((size, name, "run"))
             any_row = noat or tuned
@@ -244,12 +240,12 @@ def summary(rows: list[dict]) -> None:
                 continue
             growth = (tuned["temp_size_in_bytes"] / noat["temp_size_in_bytes"] - 1
                       if tuned and noat and noat["temp_size_in_bytes"] else None)
-            step, estimate = (timed or {}).get("step_ms_median"), any_row.get("predicted_step_seconds")
-            predicted = any_row.get("predicted_device_bytes")
+            step, estimate = (timed or {}).get("step_ms_median"), predicted(size, name)
+            planned_bytes = any_row.get("predicted_device_bytes")
             measured_ratio = step / base["step_ms_median"] if step and base.get("step_ms_median") else None
-            estimated_ratio = (estimate / base["predicted_step_seconds"]
-                               if estimate and base.get("predicted_step_seconds") else None)
-            print(f"{size:10} {name:32} {cell(predicted and predicted / mib, 9)} "
+            estimated_ratio = (estimate / predicted(size, "none")
+                               if estimate and predicted(size, "none") else None)
+            print(f"{size:10} {name:32} {cell(planned_bytes and planned_bytes / mib, 9)} "
                   f"{cell(noat and noat['peak_after_run'] / mib, 9)} "
                   f"{cell(noat and noat['peak_memory_in_bytes'] / mib, 9)} "
                   f"{cell(None if growth is None else growth * 100, 7)}% {cell(step, 8)} "
@@ -296,8 +292,8 @@ def main() -> int:
     timed = {s for s in options.time_sizes.split(",") if s}
     modes = [m for m in options.modes.split(",") if m]
     # Step times first, the largest size first: what the stored measurement has least of.
-    jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in POLICIES]
-    jobs += [(size, name, mode) for size in sizes for mode in modes for name in POLICIES]
+    jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in policies()]
+    jobs += [(size, name, mode) for size in sizes for mode in modes for name in policies()]
     link, error = run_child(["--host-link"], dict(os.environ))
     results, skipped = schedule(jobs, options.parallel, options.limit_s)
     summary(results)

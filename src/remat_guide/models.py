@@ -16,7 +16,9 @@ from remat_guide import _validation as validation
 from remat_guide import exercise
 
 __all__ = [
+    "MEASURED_POLICIES",
     "TRANSFORMER_NAMES",
+    "measured_policy",
     "exercise_args",
     "exercise_loss",
     "mlp_args",
@@ -32,6 +34,40 @@ Loss = Callable[..., jax.Array]
 #: The ``checkpoint_name`` tags of :func:`transformer_loss`'s block, in the order the block
 #: computes them, named the way production transformer code names them.
 TRANSFORMER_NAMES = ("query_proj", "key_proj", "value_proj", "attn_out", "mlp_hidden")
+
+MEASURED_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                     "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
+"""The policies that GPUs were measured with (``benchmarks/check_on_hardware.py``), by the names it records."""
+
+
+def measured_policy(name: str) -> Any:
+    """The policy of :func:`transformer_loss` that a name of :data:`MEASURED_POLICIES` stands for.
+
+    ``"none"`` is no checkpoint (``None``); ``"offload_mlp_hidden"`` offloads the MLP's
+    hidden layer to pinned host memory and recomputes the rest; the others are
+    ``jax.checkpoint_policies`` of that name, ``offload_dot_with_no_batch_dims`` from the
+    device to pinned host memory.
+
+    Raises:
+        ValueError: If ``name`` is not one of them.
+
+    Examples:
+        >>> from remat_guide.models import measured_policy
+        >>> measured_policy("none") is None, measured_policy("dots_saveable").__name__
+        (True, 'dots_saveable')
+    """
+    policies = jax.checkpoint_policies
+    if name not in MEASURED_POLICIES:
+        raise ValueError(f"name must be one of {', '.join(MEASURED_POLICIES)}, got {name!r}")
+    if name == "none":
+        return None
+    if name == "offload_mlp_hidden":
+        return policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
+            offload_src="device", offload_dst="pinned_host")
+    if name == "offload_dot_with_no_batch_dims":
+        return policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    return getattr(policies, name)
 
 
 def _positive_int(value: Any, name: str) -> int:

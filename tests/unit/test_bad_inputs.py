@@ -7,6 +7,7 @@ program: every case fails while arguments are checked or traced, before XLA.
 
 import re
 import warnings
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ from remat_guide import (
     recommend_policy,
     saved_residuals,
     tables,
+    targets,
 )
 from remat_guide._validation import MAX_BYTES
 from remat_guide.diagram import Lane, Value
@@ -523,6 +525,18 @@ CASES = {
         ("layers a float", lambda: models.transformer_args(1.0, 1, 2, 4, 2, 8), TypeError, "layers"),
         ("d_model zero", lambda: models.transformer_args(1, 1, 2, 0, 2, 8), ValueError, "d_model"),
     ],
+    "models.measured_policy": [
+        ("an unknown name", lambda: models.measured_policy("dots"), ValueError, "name"),
+    ],
+    "targets.device_bytes": [
+        ("not a memory analysis", lambda: targets.device_bytes({"temp": 1}, "h100"), TypeError, "memory"),
+        ("an unknown target", lambda: targets.device_bytes(SimpleNamespace(peak_memory_in_bytes=1), "h1000"),
+         ValueError, "target"),
+    ],
+    "targets.estimate_step": [
+        ("a number", lambda: targets.estimate_step(3, "h100"), TypeError, "program"),
+        ("a TPU", lambda: targets.estimate_step("", "tpu-v5e"), ValueError, "name"),
+    ],
     "models.transformer_matmul_flops": [
         ("a str size", lambda: models.transformer_matmul_flops("2", 1, 2, 4, 2, 8), TypeError, "layers"),
         ("negative batch", lambda: models.transformer_matmul_flops(1, -1, 2, 4, 2, 8), ValueError, "batch"),
@@ -575,7 +589,8 @@ def test_every_public_function_has_cases():
 
     covered = {key.rpartition(".")[2] for key in CASES}
     assert set(remat_guide.__all__) - {"SolutionError"} <= covered | {"Residual"}
-    for module, names in ((models, models.__all__), (policy_matrix, policy_matrix.__all__)):
+    for module, names in ((models, models.__all__), (policy_matrix, policy_matrix.__all__),
+                          (targets, ["device_bytes", "estimate_step"])):
         functions = {n for n in names if callable(getattr(module, n))}
         assert functions - {"example_inputs", "example_policies"} <= covered, module.__name__
 

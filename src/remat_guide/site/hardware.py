@@ -15,8 +15,7 @@ from remat_guide import models
 from remat_guide.site.stored import compile_ahead
 from remat_guide.targets import device_bytes, estimate_step, place
 
-__all__ = ["MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement",
-           "policy"]
+__all__ = ["MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement"]
 
 _FOLDER = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
 MEASUREMENT = _FOLDER / "h200-2026-11-27.json"
@@ -24,23 +23,8 @@ MEASUREMENT = _FOLDER / "h200-2026-11-27.json"
 TIMED = _FOLDER / "h200-2026-11-27-timed.json"
 """A second run on an H200, by ``benchmarks/check_on_hardware.py``: step times of every size."""
 
-POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
-            "offload_mlp_hidden", "offload_dot_with_no_batch_dims")
-"""The measured policies, by the names the measurement uses."""
-
-
-def policy(name: str) -> Any:
-    """The policy a measured name stands for (``None``: no checkpoint)."""
-    policies = jax.checkpoint_policies
-    if name == "none":
-        return None
-    if name == "offload_mlp_hidden":
-        return policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=["mlp_hidden"],
-            offload_src="device", offload_dst="pinned_host")
-    if name == "offload_dot_with_no_batch_dims":
-        return policies.offload_dot_with_no_batch_dims("device", "pinned_host")
-    return getattr(policies, name)
+POLICIES = models.MEASURED_POLICIES
+"""The measured policies, by the names the measurement uses (see :func:`remat_guide.models.measured_policy`)."""
 
 
 @functools.cache
@@ -60,7 +44,8 @@ def _compiled(config: str, name: str) -> Any:
     params, x = models.transformer_args(**sizes)
     params = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, dtype), params)
     x = jax.ShapeDtypeStruct(x.shape, dtype)
-    lowered = jax.jit(jax.grad(models.transformer_loss(policy(name)))).lower(*place((params, x), "h200"))
+    gradient = jax.jit(jax.grad(models.transformer_loss(models.measured_policy(name))))
+    lowered = gradient.lower(*place((params, x), "h200"))
     return compile_ahead(lowered, "h200", {"xla_gpu_autotune_level": 0})
 
 
