@@ -168,7 +168,8 @@ class Comparison(list[PolicyRow]):
     """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
 
     In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
-    FLOPs ratio to the baseline); ``str()`` gives the same table as plain text, and
+    FLOPs ratio to the baseline; on a GPU target also the estimated step time and its
+    ratio to the baseline's); ``str()`` gives the same table as plain text, and
     :meth:`to_pandas` the exact values.
 
     Args:
