@@ -6,7 +6,7 @@ import collections
 import dataclasses
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["kernels", "step_seconds"]
@@ -53,6 +53,11 @@ class _Instruction:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
+
+    @property
+    def on_host(self) -> bool:
+        """Whether its (first) array lives in host memory, ``S(5)``."""
+        return bool(self.arrays) and self.arrays[0].host
 
 
 def _closing(text: str, start: int) -> int:
@@ -130,17 +135,15 @@ class _Program:
 
     def __init__(self, text: str) -> None:
         self.computations, self.entry = _computations(text)
+        self.by_name = {name: {i.name: i for i in body} for name, body in self.computations.items()}
         self.found: collections.Counter = collections.Counter()
         self.host_out = 0
         self.host_in = 0
 
-    def shapes(self, computation: str) -> dict[str, _Instruction]:
-        return {i.name: i for i in self.computations.get(computation, [])}
-
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
         flops: collections.Counter = collections.Counter()
-        by_name = self.shapes(computation)
+        by_name = self.by_name.get(computation, {})
         for instruction in self.computations.get(computation, []):
             if instruction.opcode == "dot":
                 flops.update(_dot_flops(instruction, by_name))
@@ -156,14 +159,15 @@ class _Program:
         dynamic-update-slice updates in place is neither read nor rewritten, only the update.
         """
         body = self.computations.get(computation, [])
-        by_name = {i.name: i for i in body}
+        if not body:
+            return instruction.nbytes, 0, 0
+        by_name = self.by_name[computation]
         users: dict[str, list[tuple[_Instruction, int]]] = collections.defaultdict(list)
         for inner in body:
             for position, operand in enumerate(inner.operands):
                 users[operand].append((inner, position))
         device, host_out, host_in = 0, 0, 0
-        parameters = [i for i in body if i.opcode == "parameter"]
-        for parameter in parameters:
+        for parameter in (i for i in body if i.opcode == "parameter"):
             uses = users.get(parameter.name, [])
             if uses and all(user.opcode in _SLICES and position == 0 for user, position in uses):
                 read = sum(user.nbytes for user, _ in uses)
@@ -171,24 +175,21 @@ class _Program:
                 read = 0
             else:
                 read = parameter.nbytes
-            if parameter.arrays and parameter.arrays[0].host:
+            if parameter.on_host:
                 host_in += read
             else:
                 device += read
-        root = body[-1] if body else None
-        for node in ([by_name.get(o) for o in root.operands] if root is not None and root.opcode == "tuple"
-                     else [root]):
+        root = body[-1]
+        for node in [by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]:
             if node is None:
                 continue
             written = node.nbytes
             if node.opcode == "dynamic-update-slice" and len(node.operands) > 1 and node.operands[1] in by_name:
                 written = by_name[node.operands[1]].nbytes
-            if node.arrays and node.arrays[0].host:
+            if node.on_host:
                 host_out += written
             else:
                 device += written
-        if not parameters and root is None:
-            device += instruction.nbytes
         return device, host_out, host_in
 
     def plain_bytes(self, instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
@@ -202,31 +203,29 @@ class _Program:
         else:
             reads = [(operand, operand.nbytes) for operand in operands]
         for operand, size in reads:
-            if operand.arrays and operand.arrays[0].host:
+            if operand.on_host:
                 host_in += size
             else:
                 device += size
         written = (operands[1].nbytes if instruction.opcode == "dynamic-update-slice" and len(operands) > 1
                    else instruction.nbytes)
-        if instruction.arrays and instruction.arrays[0].host:
+        if instruction.on_host:
             host_out += written
         else:
             device += written
         return device, host_out, host_in
 
     def walk(self, computation: str, times: int, seen: frozenset = frozenset()) -> None:
-        by_name = self.shapes(computation)
+        by_name = self.by_name.get(computation, {})
         for instruction in self.computations.get(computation, []):
             opcode = instruction.opcode
             if opcode in _FREE or (opcode == "custom-call" and "AllocateBuffer" in instruction.attributes):
                 continue
             called = _CALLS.findall(instruction.attributes)
-            if opcode == "while":
+            if opcode == "while":  # _CALLS finds its body, not its condition
                 trips = _TRIPS.search(instruction.attributes)
-                body = re.search(r"\bbody=%([\w.\-]+)", instruction.attributes)
-                if body and body.group(1) not in seen:
-                    self.walk(body.group(1), times * (int(trips.group(1)) if trips else 1),
-                              seen | {computation})
+                if called and called[0] not in seen:
+                    self.walk(called[0], times * (int(trips.group(1)) if trips else 1), seen | {computation})
                 continue
             if opcode in ("call", "conditional"):
                 for name in called or re.findall(r"%([\w.\-]+)", instruction.attributes):
@@ -252,7 +251,7 @@ class _Program:
         source = by_name.get(instruction.operands[0]) if instruction.operands else None
         destination = instruction.arrays[1] if len(instruction.arrays) > 1 else instruction.arrays[0]
         size = destination.nbytes
-        source_host = bool(source and source.arrays and source.arrays[0].host)
+        source_host = source is not None and source.on_host
         if destination.host and not source_host:
             return size, size, 0
         if source_host and not destination.host:
@@ -280,11 +279,6 @@ def kernels(text: str) -> dict[str, Any]:
             "host_out": program.host_out, "host_in": program.host_in}
 
 
-def _pairs(figures: Mapping[str, Any]) -> Iterator[tuple[int, dict[str, int], int]]:
-    for count, flops, device in figures["kernels"]:
-        yield int(count), dict(flops), int(device)
-
-
 def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
                  host_bandwidth: float) -> dict[str, float]:
     """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
@@ -300,7 +294,7 @@ def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, floa
         host_bandwidth: Host-link bytes per second in use, each direction.
     """
     kernel = compute = memory = 0.0
-    for count, flops, device in _pairs(figures):
+    for count, flops, device in figures["kernels"]:
         matmul = sum(value / flops_per_second.get(kind, flops_per_second["f32"]) for kind, value in flops.items())
         moved = device / memory_bandwidth
         compute += count * matmul

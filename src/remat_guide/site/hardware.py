@@ -38,6 +38,7 @@ def _row(found: dict[str, Any], config: str, name: str, mode: str) -> dict[str, 
     return next((r for r in found["rows"] if (r["cfg"], r["policy"], r["mode"]) == (config, name, mode)), None)
 
 
+@functools.cache  # comparison() reads each program once per process, whichever file its times come from
 def _compiled(config: str, name: str) -> Any:
     sizes = dict(measurement()["configs"][config])
     dtype = jnp.dtype(sizes.pop("dtype"))
