@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import numbers
+import re
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,7 +27,8 @@ from remat_guide.sharded import is_sharded, residual_shardings
 from remat_guide.targets import Target, estimate_step, place, target
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
-           "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "standard_policy",
+           "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "refused_bytes",
+           "standard_policy",
            "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
@@ -105,13 +107,19 @@ def call_loss(loss_for: Callable, policy: Any) -> Callable:
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """The checked inputs of a measurement: ``jax.grad(loss, argnums, has_aux)(*args, **kwargs)``."""
+    """The checked inputs of a measurement.
+
+    Either ``jax.grad(loss, argnums, has_aux)(*args, **kwargs)``, or, with ``step``, the
+    training step itself, ``jax.jit(step, donate_argnums=donate)(*args, **kwargs)``.
+    """
 
     args: tuple
     kwargs: dict[str, Any]
     argnums: int | tuple[int, ...]
     has_aux: bool
     target: Target | None = None
+    step: bool = False
+    donate: tuple[int, ...] = ()
 
     @property
     def per_device(self) -> bool:
@@ -119,9 +127,44 @@ class Inputs:
         return is_sharded(*self.args, self.kwargs)
 
 
+def _donated(value: Any, nargs: int) -> tuple[int, ...]:
+    """``donate_argnums`` of a step: ``None`` for its first two arguments, else ints as ``jax.jit`` takes them."""
+    if value is None:
+        return tuple(range(min(2, nargs)))
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        items = [value]
+    elif isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping)):
+        items = list(value)
+    else:
+        raise TypeError(f"donate_argnums must be None, an int or a sequence of ints, got {type(value).__name__}")
+    donated = set()
+    for item in items:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Integral):
+            raise TypeError(f"donate_argnums must hold ints, got {type(item).__name__}")
+        if not -nargs <= item < nargs:
+            raise ValueError(f"donate_argnums {int(item)} is out of range: the step gets {nargs} positional "
+                             f"argument{'' if nargs == 1 else 's'}")
+        if int(item) % nargs in donated:
+            raise ValueError(f"donate_argnums names an argument twice: {tuple(int(i) for i in items)}")
+        donated.add(int(item) % nargs)
+    return tuple(sorted(donated))
+
+
 def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = False,
-                 target_name: Any = None) -> Inputs:
-    """The loss's arguments, ``argnums``, ``kwargs``, ``has_aux`` and ``target``, checked and normalised."""
+                 target_name: Any = None, step: Any = False, donate_argnums: Any = None) -> Inputs:
+    """The arguments, ``argnums``, ``kwargs``, ``has_aux``, ``target``, ``step`` and ``donate_argnums``, checked."""
+    step = validation.boolean(step, "step")
+    if not step:
+        if donate_argnums is not None:
+            raise ValueError("donate_argnums applies to a training step (step=True); a loss's gradient donates "
+                             "nothing")
+    else:
+        if not (isinstance(argnums, int) and not isinstance(argnums, bool) and argnums == 0):
+            raise ValueError("argnums applies to a loss; with step=True the step differentiates what it "
+                             "chooses, so leave argnums out")
+        if has_aux is not False:
+            raise ValueError("has_aux applies to a loss; with step=True the step's outputs are returned as "
+                             "they are, so leave has_aux out")
     chosen_target = None if target_name is None else target(target_name)
     if kwargs is None:
         kwargs = {}
@@ -139,6 +182,11 @@ def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = F
     keyword_paths, _ = jax.tree_util.tree_flatten_with_path(kwargs)
     validation.arguments([leaf for _, leaf in keyword_paths],
                          [f"kwargs{jax.tree_util.keystr(path)}" for path, _ in keyword_paths])
+    if step:
+        if not args:
+            raise TypeError("a training step (step=True) needs its positional arguments, such as "
+                            "params, opt_state, batch; got none")
+        return Inputs(tuple(args), kwargs, 0, False, chosen_target, True, _donated(donate_argnums, len(args)))
     argnums = validation.argnums(argnums, len(args))
     selected = {argnums} if isinstance(argnums, int) else set(argnums)
     chosen = [(leaf, name) for (path, leaf), name in zip(paths, names) if path[0].idx in selected]
@@ -201,16 +249,31 @@ class Program:
 
 
 def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any, Any]:
-    """``loss_for(policy)`` and its gradient, traced and checked (no compilation), and traced for the target."""
-    loss = call_loss(loss_for, policy)
-    check_keywords(loss, inputs.args, inputs.kwargs, "kwargs")
-    gradient = jax.grad(_checked_loss(loss, inputs.has_aux, name), argnums=inputs.argnums, has_aux=inputs.has_aux)
-    traced = jax.jit(gradient).trace(*inputs.args, **inputs.kwargs)
-    validation.check_program(traced.jaxpr.jaxpr, f"the gradient of {name}")
+    """``loss_for(policy)`` and its program, traced and checked (no compilation), and traced for the target.
+
+    The program is the loss's gradient, or with ``inputs.step`` the step itself, jitted with
+    its donated arguments.
+    """
+    if inputs.step:
+        loss = loss_for(policy)
+        if not callable(loss):
+            raise TypeError(f"step_for(policy) must return a training step function, got {type(loss).__name__}")
+        check_keywords(loss, inputs.args, inputs.kwargs, "kwargs")
+        program = jax.jit(loss, donate_argnums=inputs.donate)
+        what = f"the step {name.replace('loss_for', 'step_for')}"
+    else:
+        loss = call_loss(loss_for, policy)
+        check_keywords(loss, inputs.args, inputs.kwargs, "kwargs")
+        gradient = jax.grad(_checked_loss(loss, inputs.has_aux, name), argnums=inputs.argnums,
+                            has_aux=inputs.has_aux)
+        program = jax.jit(gradient)
+        what = f"the gradient of {name}"
+    traced = program.trace(*inputs.args, **inputs.kwargs)
+    validation.check_program(traced.jaxpr.jaxpr, what)
     on_target = None
     if inputs.target is not None:
         args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
-        on_target = jax.jit(gradient).trace(*args, **kwargs)
+        on_target = program.trace(*args, **kwargs)
     return loss, traced, on_target
 
 
@@ -257,7 +320,7 @@ class Measurement:
     FLOPs the local program's.
     """
 
-    residual_bytes: int
+    residual_bytes: int | None
     temp_bytes: int
     flops: int
     reported_flops: int
@@ -267,10 +330,17 @@ class Measurement:
     output_bytes: int
     alias_bytes: int
     step_seconds: float | None
+    refused: str | None = None
 
 
-def _residual_bytes(loss: Callable, inputs: Inputs) -> int:
-    """The bytes of the residuals of ``jax.grad(loss, argnums, has_aux)``; per device when sharded."""
+def _residual_bytes(loss: Callable, inputs: Inputs) -> int | None:
+    """The bytes of the residuals of ``jax.grad(loss, argnums, has_aux)``; per device when sharded.
+
+    ``None`` for a training step: its gradient is taken inside it, where the forward and
+    backward passes are one program and no residual can be told apart.
+    """
+    if inputs.step:
+        return None
 
     def positional(*values: Any) -> Any:  # the keyword arguments come last, never differentiated
         *args, kwargs = values
@@ -318,16 +388,53 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
-    compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
-                                    cache.unrun_options(chosen.platform))
+    try:
+        compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
+                                        cache.unrun_options(chosen.platform))
+    except jax.errors.JaxRuntimeError as error:
+        needed = refused_bytes(str(error))
+        if needed is None:
+            raise
+        nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)
+        return {**_TARGET_FLOPS[text], **nothing, "peak_bytes": needed, "step_seconds": None,
+                "refused": str(error).splitlines()[0]}
     seconds = None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
     return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])), "step_seconds": seconds}
 
 
-def _measurement(figures: dict[str, Any], residual_bytes: int) -> Measurement:
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+_REFUSALS = (re.compile(r"required for HLO temporaries \(([\d.]+)([KMGTP]?)B?\) exceeds available HBM"),
+             re.compile(r"Used ([\d.]+)([KMGTP]?)B? of [\d.]+[KMGTP]?B? hbm"))
+
+
+def refused_bytes(message: str) -> int | None:
+    """The memory a TPU program needs, from the message of XLA's TPU compiler refusing it; ``None`` for other errors.
+
+    XLA's TPU compiler refuses a program that does not fit the chip's HBM
+    (``RESOURCE_EXHAUSTED: ... CompileTimeHbmOom``) and prints what it would need, in
+    units of 1024 to two decimals: that figure, in bytes.
+
+    Examples:
+        >>> refused_bytes("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, "
+        ...               "the total memory required for HLO temporaries (149.64G) exceeds available HBM (95.73G).")
+        160674726543
+        >>> refused_bytes("INVALID_ARGUMENT: something else") is None
+        True
+    """
+    if "RESOURCE_EXHAUSTED" not in message:
+        return None
+    for pattern in _REFUSALS:
+        found = pattern.search(message)
+        if found:
+            return round(float(found.group(1)) * _UNITS[found.group(2)])
+    return None
+
+
+def _measurement(figures: dict[str, Any], residual_bytes: int | None) -> Measurement:
     return Measurement(residual_bytes, figures["temp_bytes"], figures["flops"], figures["reported_flops"],
                        figures["peak_bytes"], figures["host_bytes"], figures["argument_bytes"],
-                       figures["output_bytes"], figures["alias_bytes"], figures.get("step_seconds"))
+                       figures["output_bytes"], figures["alias_bytes"], figures.get("step_seconds"),
+                       figures.get("refused"))
 
 
 def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:

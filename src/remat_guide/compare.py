@@ -58,7 +58,9 @@ class PolicyRow:
         residual_bytes: What the forward pass keeps for the backward pass at the jaxpr
             level, before XLA: ``saved_residuals(loss, *args, argnums=argnums).total_bytes``,
             the residuals of the same gradient that is compiled (only the arguments in
-            ``argnums`` are differentiated).
+            ``argnums`` are differentiated). ``None`` for a training step (``step=True``),
+            which takes its gradient inside: list its loss's residuals with
+            :func:`remat_guide.saved_residuals`.
         temp_bytes: XLA's temporary memory for the compiled program (activations and
             scratch; arguments and outputs are not included).
         flops: The program's FLOPs, each loop body counted once per iteration.
@@ -90,6 +92,11 @@ class PolicyRow:
             (:func:`remat_guide.targets.estimate_step`: a roofline of the compiled
             program plus its host transfers); ``None`` on the CPU and on TPU targets,
             where nothing is estimated.
+        refused: The first line of XLA's TPU compiler's error when it refused to compile
+            the program because it does not fit the chip's memory; then ``peak_bytes``
+            (and ``device_bytes``) is the memory that message says the program needs
+            (to its two printed decimals), and the other memory figures are 0. ``None``
+            for a compiled program.
 
     Raises:
         TypeError: If a field has the wrong type (``policy`` must be callable or None).
@@ -98,7 +105,7 @@ class PolicyRow:
 
     name: str
     policy: Any
-    residual_bytes: int
+    residual_bytes: int | None
     temp_bytes: int
     flops: int
     reported_flops: int
@@ -112,6 +119,7 @@ class PolicyRow:
     output_bytes: int = 0
     alias_bytes: int = 0
     step_seconds: float | None = None
+    refused: str | None = None
 
     @property
     def device_bytes(self) -> int:
@@ -135,8 +143,12 @@ class PolicyRow:
                             f"{type(self.policy).__name__}")
         for field in ("residual_bytes", "temp_bytes", "flops", "reported_flops", "peak_bytes", "host_bytes",
                       "argument_bytes", "output_bytes", "alias_bytes"):
+            if field == "residual_bytes" and self.residual_bytes is None:
+                continue
             value = validation.integer(getattr(self, field), f"PolicyRow.{field}", minimum=0)
             object.__setattr__(self, field, value)
+        if self.refused is not None:
+            validation.string(self.refused, "PolicyRow.refused")
         ratio = self.flops_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
             raise TypeError(f"PolicyRow.flops_ratio must be a number, got {type(ratio).__name__}")
@@ -233,6 +245,13 @@ class Comparison(list[PolicyRow]):
             "peak_bytes": "XLA peak", "host_bytes": "host (offloaded)", "step_seconds": "est. step time"})
         units = {"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops", "XLA-reported FLOPs": "flops",
                  ratio: "ratio"}
+        caption = None
+        if all(row.residual_bytes is None for row in self):
+            frame = frame.drop(columns="residuals")  # training steps: their residuals are inside them
+        if any(row.refused for row in self):
+            frame["compiled"] = ["refused: too large" if row.refused else "yes" for row in self]
+            caption = ("XLA's TPU compiler refused the programs marked 'refused': their device memory is what "
+                       "its error message says they need.")
         if "target" in frame.columns:
             # The FLOPs are the CPU program's: say so, and leave out what XLA reports for it.
             frame = frame.drop(columns="XLA-reported FLOPs").rename(columns={"true FLOPs": "FLOPs (CPU program)"})
@@ -248,9 +267,10 @@ class Comparison(list[PolicyRow]):
                     units[time_ratio] = "ratio"
             if frame["target"].nunique() == 1:
                 frame = frame.drop(columns="target")
-            return Table(frame, units=units)
+            return Table(frame, units={k: v for k, v in units.items() if k in frame.columns}, caption=caption)
         differ = any(row.reported_flops != row.flops for row in self)
-        return Table(frame, units=units, caption=LOOP_CAPTION if differ else None)
+        return Table(frame, units={k: v for k, v in units.items() if k in frame.columns},
+                     caption=LOOP_CAPTION if differ else None)
 
     def _repr_html_(self) -> str:
         return self.table()._repr_html_()
@@ -269,7 +289,7 @@ def row_of(program: Program, m: Measurement, base_flops: int, inputs: Inputs) ->
                      peak_bytes=m.peak_bytes, host_bytes=m.host_bytes,
                      target=None if inputs.target is None else inputs.target.name,
                      argument_bytes=m.argument_bytes, output_bytes=m.output_bytes, alias_bytes=m.alias_bytes,
-                     step_seconds=m.step_seconds)
+                     step_seconds=m.step_seconds, refused=m.refused)
 
 
 def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
@@ -287,8 +307,10 @@ def compare_policies(
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
     target: str | None = None,
+    step: bool = False,
+    donate_argnums: int | Sequence[int] | None = None,
 ) -> Comparison:
-    """Measures what each checkpoint policy costs on a model, by compiling its gradient.
+    """Measures what each checkpoint policy costs on a model, by compiling its gradient or its training step.
 
     For every policy, ``loss_for(policy)`` builds the loss, once, and
     ``jax.jit(jax.grad(loss, argnums, has_aux=has_aux))`` is traced, checked, lowered and
@@ -307,9 +329,19 @@ def compare_policies(
     temporary memory and FLOPs of that program, and the residuals' per-device pieces
     (see :func:`remat_guide.sharded.residual_shardings`, with the same ``argnums``).
 
+    With ``step=True``, the program measured is a whole training step as a training loop
+    runs it: ``loss_for`` is then a ``step_for(policy)`` that returns the step, such as
+    ``step(params, opt_state, batch) -> (params, opt_state, loss)`` with an optax
+    optimizer, and ``jax.jit(step, donate_argnums=donate_argnums)`` is compiled. The
+    memory then holds the optimizer's state, the gradients and the update, and donated
+    buffers that the step's outputs reuse count once (``alias_bytes``). A step's rows
+    have no ``residual_bytes``: the step takes its gradient inside, and
+    :func:`remat_guide.saved_residuals` of its loss lists them.
+
     Args:
         loss_for: Called as ``loss_for(policy)``; returns the scalar loss function of
-            ``*args`` that checkpoints with that policy. ``loss_for(None)`` is the
+            ``*args`` that checkpoints with that policy (with ``step=True``, the
+            training step instead). ``loss_for(None)`` is the
             baseline row and should return the loss without any ``jax.checkpoint``; if
             it still checkpoints, its row is labelled ``"loss_for(None)"`` instead of
             ``"no checkpoint"`` (with a warning), since it is not the program without
@@ -347,6 +379,16 @@ def compare_policies(
             for this machine. XLA's TPU compiler comes with ``pip install 'remat-guide[tpu]'``,
             its GPU compiler with ``pip install 'remat-guide[gpu]'`` (and
             ``JAX_PLATFORMS=cpu`` on a machine without an NVIDIA driver).
+            A program that does not fit a TPU chip's memory is refused by XLA's TPU
+            compiler; its row says so (``refused``) with the memory the compiler said it
+            needs.
+        step: ``False`` to compile the gradient of a loss; ``True`` when ``loss_for``
+            returns a whole training step, compiled as it is (then leave ``argnums`` and
+            ``has_aux`` out: the step differentiates what it chooses).
+        donate_argnums: With ``step=True``, the step's arguments whose buffers it
+            donates, as for ``jax.jit``: ``None`` (the default) for the first two, the
+            parameters and the optimizer state, as training loops donate them; ``()``
+            for none. Leave it out for a loss.
 
     Returns:
         One row per policy, the baseline first, then the policies in the order given, as a
@@ -368,7 +410,9 @@ def compare_policies(
             any machine holds (before XLA sees it); ``loss_for(policy)`` never consults
             its policy (the row would not depend on it); a name-based policy names
             only tags the loss never uses (the names it uses are listed); or ``target``
-            is not a known name (the known ones are listed).
+            is not a known name (the known ones are listed); ``donate_argnums`` is given
+            without ``step=True``, or is out of range or repeats an argument; or
+            ``argnums`` or ``has_aux`` is given with ``step=True``.
         ImportError: If ``target`` needs a compiler that is not installed; the message
             names the ``pip install`` to run.
 
@@ -428,9 +472,27 @@ def compare_policies(
         True
         >>> row.step_seconds > 0
         True
+
+        A whole training step, Adam's state and donated buffers included:
+
+        >>> import optax
+        >>> from remat_guide.models import mlp_scan_loss
+        >>> optimizer = optax.adam(1e-3)
+        >>> def step_for(policy):
+        ...     def step(params, opt_state, x):
+        ...         loss, grads = jax.value_and_grad(mlp_scan_loss(policy))(params, x)
+        ...         updates, opt_state = optimizer.update(grads, opt_state)
+        ...         return optax.apply_updates(params, updates), opt_state, loss
+        ...     return step
+        >>> params, x = mlp_args(8, 64, 32)
+        >>> opt_state = jax.eval_shape(optimizer.init, params)
+        >>> rows = compare_policies(step_for, params, opt_state, x, step=True, target="h100",
+        ...                         policies=["nothing_saveable"])
+        >>> rows[0].alias_bytes == 3 * 8 * 32 * 32 * 4 * 2 + 4  # params, two moments, the count
+        True
     """
     validation.callable_arg(loss_for, "loss_for")
-    inputs = check_inputs(args, argnums, kwargs, has_aux, target)
+    inputs = check_inputs(args, argnums, kwargs, has_aux, target, step, donate_argnums)
     base, tags = trace_baseline(loss_for, inputs)
     chosen = default_policies(tags) if policies is None else as_policies(policies)
     programs = [base] + [trace_policy(loss_for, label, policy, inputs, tags) for label, policy in chosen.items()]
@@ -448,6 +510,8 @@ def recommend_policy(
     has_aux: bool = False,
     kwargs: Mapping[str, Any] | None = None,
     target: str | None = None,
+    step: bool = False,
+    donate_argnums: int | Sequence[int] | None = None,
 ) -> PolicyRow:
     """The policy that fits a memory budget and, of those, runs fastest by estimate (fewest FLOPs off a GPU).
 
@@ -485,6 +549,8 @@ def recommend_policy(
         has_aux: As for :func:`compare_policies`.
         kwargs: As for :func:`compare_policies`.
         target: As for :func:`compare_policies`: the accelerator to compile for.
+        step: As for :func:`compare_policies`: ``loss_for`` returns a whole training step.
+        donate_argnums: As for :func:`compare_policies`, with ``step=True``.
 
     Returns:
         The chosen row.
@@ -495,7 +561,7 @@ def recommend_policy(
             argument is wrong as for :func:`compare_policies`).
         ValueError: If ``budget_bytes`` is not positive; ``rows`` is empty, or given
             together with ``loss_for``, arguments, ``policies``, ``argnums``,
-            ``has_aux``, ``kwargs`` or ``target``; or no policy fits: the message names the
+            ``has_aux``, ``kwargs``, ``target``, ``step`` or ``donate_argnums``; or no policy fits: the message names the
             smallest memory any policy reaches (or an argument is wrong as for
             :func:`compare_policies`).
 
@@ -529,11 +595,12 @@ def recommend_policy(
             raise TypeError("recommend_policy needs loss_for (a callable) with its arguments, or rows measured "
                             "already; got neither")
         candidates = compare_policies(loss_for, *args, policies=policies, argnums=argnums, has_aux=has_aux,
-                                      kwargs=kwargs, target=target)
+                                      kwargs=kwargs, target=target, step=step, donate_argnums=donate_argnums)
     else:
         given = [name for name, unset in (("loss_for", loss_for is None), ("args", not args),
                                           ("policies", policies is None), ("has_aux", has_aux is False),
-                                          ("kwargs", kwargs is None), ("target", target is None))
+                                          ("kwargs", kwargs is None), ("target", target is None),
+                                          ("step", step is False), ("donate_argnums", donate_argnums is None))
                  if not unset]
         if not (isinstance(argnums, int) and not isinstance(argnums, bool) and argnums == 0):
             given.append("argnums")

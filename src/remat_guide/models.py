@@ -1,7 +1,9 @@
-"""Reference models for comparing policies: each is a ``loss_for(policy)`` plus abstract arguments."""
+"""Reference models for comparing policies: each is a ``loss_for(policy)`` (or a training step) plus abstract arguments."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,6 +18,14 @@ from remat_guide import _validation as validation
 from remat_guide import exercise
 
 __all__ = [
+    "DECODER_NAMES",
+    "LLAMA3",
+    "MAXTEXT_PRESETS",
+    "DecoderConfig",
+    "decoder_args",
+    "decoder_loss",
+    "decoder_optimizer",
+    "decoder_step",
     "MEASURED_POLICIES",
     "TRANSFORMER_NAMES",
     "measured_policy",
@@ -439,3 +449,431 @@ def _transformer_sizes(layers: Any, batch: Any, seq: Any, d_model: Any, heads: A
                     "the attention scores": (batch, heads, seq, seq),
                     "the MLP activations": (layers, batch, seq, mlp_dim)})
     return sizes
+
+
+# --- A decoder in the shape of today's open models (Llama 3), whole training steps -----------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    """The sizes of a Llama-style decoder (see :func:`decoder_loss`).
+
+    Attributes:
+        name: What the configuration is called, for tables.
+        layers: Decoder blocks, scanned over.
+        d_model: The width of the residual stream.
+        heads: Query heads.
+        kv_heads: Key and value heads (grouped-query attention: ``heads`` is a multiple).
+        mlp_dim: The width of the SwiGLU MLP's hidden layer.
+        vocab: Vocabulary entries (token embedding rows and output logits).
+        tied_embeddings: Whether the output projection is the token embedding transposed
+            (Llama 3.2 1B) rather than a matrix of its own (8B, 70B).
+        rope_theta: The base of the rotary embeddings' frequencies.
+        source: Where the sizes come from.
+
+    Raises:
+        TypeError, ValueError: If a size is not a positive int, or ``d_model`` is not a
+            multiple of ``heads``, or ``heads`` of ``kv_heads``.
+    """
+
+    name: str
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    mlp_dim: int
+    vocab: int
+    tied_embeddings: bool = False
+    rope_theta: float = 500_000.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        validation.string(self.name, "name")
+        for field in ("layers", "d_model", "heads", "kv_heads", "mlp_dim", "vocab"):
+            object.__setattr__(self, field, _positive_int(getattr(self, field), field))
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if (self.d_model // self.heads) % 2:
+            raise ValueError(f"d_model // heads ({self.d_model // self.heads}) must be even (rotary embeddings "
+                             "turn pairs of features)")
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one attention head, ``d_model // heads``."""
+        return self.d_model // self.heads
+
+    @property
+    def parameters(self) -> int:
+        """How many parameters the model has (every weight, norms included).
+
+        Examples:
+            >>> from remat_guide.models import LLAMA3
+            >>> [f"{LLAMA3[size].parameters / 1e9:.2f}B" for size in ("1b", "8b", "70b")]
+            ['1.24B', '8.03B', '70.55B']
+        """
+        return sum(math.prod(shape) for shape, _ in jax.tree.leaves(
+            _decoder_layout(self), is_leaf=lambda leaf: isinstance(leaf, tuple) and len(leaf) == 2
+            and isinstance(leaf[1], jax.sharding.PartitionSpec)))
+
+    def smaller(self, **sizes: Any) -> DecoderConfig:
+        """The same architecture with some sizes changed, such as a test's few layers.
+
+        Examples:
+            >>> from remat_guide.models import LLAMA3
+            >>> LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256).head_dim
+            16
+        """
+        return dataclasses.replace(self, name=f"{self.name} (smaller)", **sizes)
+
+
+_LLAMA_SOURCE = ("Meta's Llama 3 paper (arXiv:2407.21783, table 3) and the model's config.json on "
+                 "Hugging Face (meta-llama/{repo})")
+
+LLAMA3 = {
+    "1b": DecoderConfig("Llama 3.2 1B", layers=16, d_model=2048, heads=32, kv_heads=8, mlp_dim=8192,
+                        vocab=128_256, tied_embeddings=True,
+                        source="the model's config.json on Hugging Face (meta-llama/Llama-3.2-1B)"),
+    "8b": DecoderConfig("Llama 3.1 8B", layers=32, d_model=4096, heads=32, kv_heads=8, mlp_dim=14_336,
+                        vocab=128_256, source=_LLAMA_SOURCE.format(repo="Llama-3.1-8B")),
+    "70b": DecoderConfig("Llama 3.1 70B", layers=80, d_model=8192, heads=64, kv_heads=8, mlp_dim=28_672,
+                         vocab=128_256, source=_LLAMA_SOURCE.format(repo="Llama-3.1-70B")),
+}
+"""The published sizes of three Llama 3 models. Their rotary embeddings' long-context
+frequency scaling (``rope_scaling`` in 3.1 and 3.2) is left out: it changes no shape and no cost."""
+
+DECODER_NAMES = ("query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo",
+                 "logits")
+"""The ``checkpoint_name`` tags of :func:`decoder_loss`, named as MaxText names them: the three
+attention projections, the attention's output before (``context``) and after (``out_proj``)
+its projection, the MLP's gate (``mlpwi_0``), up (``mlpwi_1``) and down (``mlpwo``)
+projections, and the output logits."""
+
+
+def _maxtext_presets() -> dict[str, Any]:
+    policies = jax.checkpoint_policies
+    names = policies.save_only_these_names
+    return {
+        "full": policies.nothing_saveable,
+        "minimal": policies.dots_with_no_batch_dims_saveable,
+        "save_dot_with_context_except_mlp": names("query_proj", "value_proj", "key_proj", "context", "out_proj"),
+        "save_dot_except_mlpwi": names("query_proj", "value_proj", "key_proj", "out_proj", "mlpwo"),
+        "save_dot_except_mlp": names("query_proj", "value_proj", "key_proj", "out_proj"),
+        "save_qkv_proj": names("query_proj", "value_proj", "key_proj"),
+        "save_out_proj": names("out_proj"),
+        "qkv_proj_offloaded": policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["query_proj", "value_proj", "key_proj"],
+            offload_src="device", offload_dst="pinned_host"),
+        "minimal_offloaded": policies.offload_dot_with_no_batch_dims("device", "pinned_host"),
+    }
+
+
+MAXTEXT_PRESETS = _maxtext_presets()
+"""MaxText's ``remat_policy`` presets as ``jax.checkpoint`` policies on :data:`DECODER_NAMES`.
+
+Mapped as MaxText's ``Decoder.get_remat_policy`` (``MaxText/layers/decoders.py``) maps
+them: ``full`` recomputes everything, ``minimal`` keeps the matmuls without batch
+dimensions, the ``save_*`` presets keep the named projections, the ``*_offloaded`` ones
+move theirs to pinned host memory. Newer MaxText versions define ``minimal`` by names
+instead; the policy here is the one that source gives.
+"""
+
+
+def _decoder_layout(config: DecoderConfig) -> dict[str, Any]:
+    """Each parameter's shape and its ``PartitionSpec`` over the mesh axes ``fsdp`` and ``tensor``."""
+    P = jax.sharding.PartitionSpec
+    L, d, h, n, k = config.layers, config.d_model, config.heads, config.kv_heads, config.head_dim
+    f, v = config.mlp_dim, config.vocab
+    layout: dict[str, Any] = {
+        "embed": ((v, d), P("tensor", "fsdp")),
+        "layers": {
+            "attn_norm": ((L, d), P()),
+            "query": ((L, d, h, k), P(None, "fsdp", "tensor", None)),
+            "key": ((L, d, n, k), P(None, "fsdp", "tensor", None)),
+            "value": ((L, d, n, k), P(None, "fsdp", "tensor", None)),
+            "out": ((L, h, k, d), P(None, "tensor", None, "fsdp")),
+            "mlp_norm": ((L, d), P()),
+            "gate": ((L, d, f), P(None, "fsdp", "tensor")),
+            "up": ((L, d, f), P(None, "fsdp", "tensor")),
+            "down": ((L, f, d), P(None, "tensor", "fsdp")),
+        },
+        "final_norm": ((d,), P()),
+    }
+    if not config.tied_embeddings:
+        layout["unembed"] = ((d, v), P("fsdp", "tensor"))
+    return layout
+
+
+def _decoder_rms_norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * lax.rsqrt(jnp.mean(x32**2, axis=-1, keepdims=True) + 1e-5)
+    return normed.astype(x.dtype) * scale.astype(x.dtype)
+
+
+def _rotary(x: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embeddings on ``x`` of shape ``(batch, seq, heads, head_dim)``."""
+    half = x.shape[-1] // 2
+    frequencies = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None] * frequencies
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    first, second = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([first * cos - second * sin, first * sin + second * cos], axis=-1).astype(x.dtype)
+
+
+def _batch_spec(mesh: Any, ndim: int) -> Any:
+    """The sharding of an activation: its batch over the mesh's ``data`` and ``fsdp`` axes."""
+    axes = tuple(axis for axis in ("data", "fsdp") if axis in mesh.axis_names)
+    auto = jax.sharding.AbstractMesh(tuple(mesh.shape[a] for a in mesh.axis_names), tuple(mesh.axis_names),
+                                     axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names))
+    return jax.sharding.NamedSharding(auto, jax.sharding.PartitionSpec(axes or None, *([None] * (ndim - 1))))
+
+
+def _decoder_block(config: DecoderConfig, x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
+    p = jax.tree.map(lambda w: w.astype(jnp.bfloat16), p)  # float32 parameters are master weights
+    batch, seq, _ = x.shape
+    h = _decoder_rms_norm(x, p["attn_norm"])
+    q = checkpoint_name(jnp.einsum("btd,dhk->bthk", h, p["query"]), "query_proj")
+    k = checkpoint_name(jnp.einsum("btd,dnk->btnk", h, p["key"]), "key_proj")
+    v = checkpoint_name(jnp.einsum("btd,dnk->btnk", h, p["value"]), "value_proj")
+    q, k = _rotary(q, config.rope_theta), _rotary(k, config.rope_theta)
+    groups = q.reshape(batch, seq, config.kv_heads, config.heads // config.kv_heads, config.head_dim)
+    scores = jnp.einsum("btngk,bsnk->bngts", groups, k, preferred_element_type=jnp.float32)
+    causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
+    scores = jnp.where(causal, scores / math.sqrt(config.head_dim), jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(jnp.bfloat16)
+    context = jnp.einsum("bngts,bsnk->btngk", weights, v).reshape(batch, seq, config.heads, config.head_dim)
+    context = checkpoint_name(context, "context")
+    x = x + checkpoint_name(jnp.einsum("bthk,hkd->btd", context, p["out"]), "out_proj")
+    h = _decoder_rms_norm(x, p["mlp_norm"])
+    gate = checkpoint_name(h @ p["gate"], "mlpwi_0")
+    up = checkpoint_name(h @ p["up"], "mlpwi_1")
+    return x + checkpoint_name((jax.nn.silu(gate) * up) @ p["down"], "mlpwo")
+
+
+def _decoder_head(x: jax.Array, scale: jax.Array, unembed: jax.Array, targets: jax.Array) -> jax.Array:
+    """The mean cross-entropy of the logits ``norm(x) @ unembed`` (float32) against ``targets``."""
+    h = _decoder_rms_norm(x, scale)
+    logits = checkpoint_name(jnp.einsum("btd,dv->btv", h, unembed.astype(jnp.bfloat16),
+                                        preferred_element_type=jnp.float32), "logits")
+    chosen = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - chosen)
+
+
+def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
+    """A Llama-style decoder's next-token loss, its blocks scanned over the layers.
+
+    Each block: RMSNorm, grouped-query attention with rotary embeddings (causal, the
+    plain ``softmax(q k^T) v`` of XLA, no fused attention kernel), RMSNorm, a SwiGLU MLP,
+    each with a residual connection; then a final RMSNorm, the output projection to the
+    vocabulary (float32 logits) and the mean cross-entropy. Matmuls run in bfloat16;
+    float32 parameters are cast to bfloat16 inside each block, as master weights are. The
+    values :data:`DECODER_NAMES` lists are tagged with ``checkpoint_name``.
+
+    Args:
+        config: The sizes, such as ``LLAMA3["8b"]``.
+        policy: The policy of the ``jax.checkpoint`` around each block (the scan's body,
+            ``prevent_cse=False``) and around the output head; ``None`` for no checkpoint.
+        mesh: The ``jax.sharding.Mesh`` the arguments are sharded over (see
+            :func:`decoder_args`), so that every block's activations stay sharded over
+            the batch; ``None`` when they are not sharded.
+
+    Returns:
+        The loss ``f(params, batch)`` for ``params`` and ``batch`` as
+        :func:`decoder_args` describes them.
+
+    Raises:
+        TypeError: If ``config`` is not a :class:`DecoderConfig`, ``policy`` is neither
+            None nor a policy, or ``mesh`` is not a mesh.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.models import LLAMA3, decoder_args, decoder_loss
+        >>> config = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+        >>> params, _, batch = decoder_args(config, batch=2, seq=16)
+        >>> jax.eval_shape(decoder_loss(config, None), params, batch)
+        ShapeDtypeStruct(shape=(), dtype=float32)
+    """
+    config = _config(config)
+    policy = _policy(policy)
+    _mesh(mesh)
+    block = functools.partial(_decoder_block, config)
+    head = _decoder_head
+    if policy is not None:
+        block = jax.checkpoint(block, policy=policy, prevent_cse=False)
+        head = jax.checkpoint(head, policy=policy)
+
+    def constrain(x: jax.Array) -> jax.Array:
+        return x if mesh is None else lax.with_sharding_constraint(x, _batch_spec(mesh, x.ndim))
+
+    def loss(params: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
+        x = constrain(params["embed"].astype(jnp.bfloat16)[batch["inputs"]])
+        x, _ = lax.scan(lambda carry, layer: (block(constrain(carry), layer), None), x, params["layers"])
+        unembed = params["embed"].T if config.tied_embeddings else params["unembed"]
+        return head(x, params["final_norm"], unembed, batch["targets"])
+
+    return loss
+
+
+def decoder_optimizer(learning_rate: float = 3e-4) -> Any:
+    """The optimizer of :func:`decoder_step`: ``optax.adamw`` as Llama 3 was trained (b2 0.95, weight decay 0.1).
+
+    Examples:
+        >>> from remat_guide.models import decoder_optimizer
+        >>> type(decoder_optimizer()).__name__
+        'GradientTransformationExtraArgs'
+    """
+    import optax
+
+    return optax.adamw(learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+
+
+def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer: Any = None) -> Callable:
+    """One training step of :func:`decoder_loss`: ``step(params, opt_state, batch) -> (params, opt_state, loss)``.
+
+    The gradient of the loss, the optimizer's update and the new parameters, as a training
+    loop runs them (jit it with ``donate_argnums=(0, 1)``; :func:`compare_policies` with
+    ``step=True`` does). With float32 parameters (the default of :func:`decoder_args`)
+    they are the master weights and AdamW's moments are float32; with bfloat16
+    parameters the moments are still float32 (they are made from float32 copies, see
+    :func:`decoder_args`) and the update is rounded to bfloat16.
+
+    Args:
+        config: As for :func:`decoder_loss`.
+        policy: As for :func:`decoder_loss`.
+        mesh: As for :func:`decoder_loss`.
+        optimizer: An optax ``GradientTransformation``; ``None`` for
+            :func:`decoder_optimizer`. :func:`decoder_args` must be given the same one.
+
+    Returns:
+        The step.
+
+    Raises:
+        TypeError: As for :func:`decoder_loss`, or if ``optimizer`` has no ``update``.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.models import LLAMA3, decoder_args, decoder_step
+        >>> config = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+        >>> args = decoder_args(config, batch=2, seq=16)
+        >>> step = decoder_step(config, jax.checkpoint_policies.nothing_saveable)
+        >>> params, opt_state, loss = jax.eval_shape(step, *args)
+        >>> jax.tree.structure(params) == jax.tree.structure(args[0]), loss.shape
+        (True, ())
+    """
+    import optax
+
+    optimizer = _optimizer(optimizer)
+    loss = decoder_loss(config, policy, mesh)
+
+    def step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple[Any, Any, jax.Array]:
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step
+
+
+def decoder_args(config: DecoderConfig, batch: int, seq: int, *, mesh: Any = None,
+                 param_dtype: Any = jnp.float32, optimizer: Any = None) -> tuple[Any, Any, dict[str, Any]]:
+    """Abstract ``(params, opt_state, batch)`` of :func:`decoder_step` (``params, batch`` of :func:`decoder_loss`).
+
+    Args:
+        config: As for :func:`decoder_loss`.
+        batch: Sequences per step, over the whole mesh.
+        seq: Tokens per sequence.
+        mesh: ``None`` for unsharded arguments, or a ``jax.sharding.Mesh`` with axes
+            among ``data``, ``fsdp`` and ``tensor``: the batch is split over ``data``
+            and ``fsdp``; every weight matrix over ``fsdp`` along its model width
+            (FSDP: ZeRO-3) and over ``tensor`` along its heads, MLP width or vocabulary
+            (Megatron-style tensor parallelism); norms are replicated. The optimizer's
+            state is sharded as its parameters are.
+        param_dtype: ``jnp.float32`` (master weights, the default) or ``jnp.bfloat16``.
+        optimizer: As for :func:`decoder_step`.
+
+    Returns:
+        ``jax.ShapeDtypeStruct`` pytrees: ``params`` (see the shapes below), the
+        optimizer's state made from float32 copies of them (``jax.eval_shape`` of its
+        ``init``), and ``batch``, a dict of int32 ``inputs`` and ``targets`` of shape
+        ``(batch, seq)``.
+
+    Raises:
+        TypeError: If a size is not an int, ``mesh`` is not a mesh, or ``param_dtype``
+            is not float32 or bfloat16.
+        ValueError: If a size is not positive, ``mesh`` has other axis names, or
+            ``batch`` (or a sharded dimension) is not a multiple of its mesh axes.
+
+    Examples:
+        >>> from remat_guide.models import LLAMA3, decoder_args
+        >>> params, opt_state, batch = decoder_args(LLAMA3["70b"], batch=8, seq=4096)
+        >>> params["layers"]["query"].shape, params["layers"]["key"].shape, batch["inputs"].shape
+        ((80, 8192, 64, 128), (80, 8192, 8, 128), (8, 4096))
+        >>> params["embed"].dtype, opt_state[0].mu["embed"].dtype
+        (dtype('float32'), dtype('float32'))
+    """
+    config = _config(config)
+    sizes = _sizes(batch=batch, seq=seq)
+    batch, seq = sizes.values()
+    _mesh(mesh)
+    dtype = jnp.dtype(param_dtype) if param_dtype in (jnp.float32, jnp.bfloat16, "float32", "bfloat16") else None
+    if dtype is None:
+        raise TypeError(f"param_dtype must be jnp.float32 or jnp.bfloat16, got {param_dtype!r}")
+    optimizer = _optimizer(optimizer)
+    _fits(sizes, logits=(batch, seq, config.vocab))
+    layout = _decoder_layout(config)
+    P = jax.sharding.PartitionSpec
+    is_entry = lambda leaf: isinstance(leaf, tuple) and len(leaf) == 2 and isinstance(leaf[1], P)  # noqa: E731
+
+    def sharding(spec: Any, shape: tuple[int, ...], what: str) -> Any:
+        if mesh is None:
+            return None
+        kept = tuple(axis if axis in mesh.axis_names else None for axis in spec)
+        for size, axis in zip(shape, kept):
+            if axis is not None and size % mesh.shape[axis]:
+                raise ValueError(f"{what} of shape {shape} cannot be split over the mesh axis {axis!r} of size "
+                                 f"{mesh.shape[axis]}: {size} is not a multiple")
+        return jax.sharding.NamedSharding(mesh, P(*kept))
+
+    specs = jax.tree_util.tree_map_with_path(
+        lambda path, entry: jax.ShapeDtypeStruct(entry[0], dtype, sharding=sharding(
+            entry[1], entry[0], f"params{jax.tree_util.keystr(path)}")), layout, is_leaf=is_entry)
+    f32 = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32, sharding=s.sharding), specs)
+    state = jax.eval_shape(optimizer.init, f32)
+    if mesh is not None:
+        import optax
+
+        replicated = jax.sharding.NamedSharding(mesh, P())
+        state = optax.tree_map_params(
+            optimizer, lambda leaf, like: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=like.sharding),
+            state, specs,
+            transform_non_params=lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=replicated))
+    data = None if mesh is None else tuple(a for a in ("data", "fsdp") if a in mesh.axis_names)
+    tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32,
+                                  sharding=sharding(P(data or None), (batch, seq), "batch['inputs']")
+                                  if mesh is not None and data else None)
+    return specs, state, {"inputs": tokens, "targets": tokens}
+
+
+def _config(config: Any) -> DecoderConfig:
+    if not isinstance(config, DecoderConfig):
+        raise TypeError(f"config must be a DecoderConfig (such as LLAMA3['8b']), got {type(config).__name__}")
+    return config
+
+
+def _mesh(mesh: Any) -> None:
+    if mesh is None:
+        return
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"mesh must be None or a jax.sharding.Mesh, got {type(mesh).__name__}")
+    other = [axis for axis in mesh.axis_names if axis not in ("data", "fsdp", "tensor")]
+    if other:
+        raise ValueError(f"mesh axes must be among 'data', 'fsdp' and 'tensor', got {tuple(mesh.axis_names)}")
+
+
+def _optimizer(optimizer: Any) -> Any:
+    if optimizer is None:
+        return decoder_optimizer()
+    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+        raise TypeError(f"optimizer must be an optax GradientTransformation (init and update), got "
+                        f"{type(optimizer).__name__}")
+    return optimizer

@@ -112,11 +112,11 @@ def plan_policy(keep: Sequence[str], offload: Sequence[str] = ()) -> Callable:
 
 
 def _fingerprint(loss_for: Callable, inputs: Inputs) -> tuple:
-    """What a measured dict's rows depend on: the model, the arguments' types, argnums, has_aux, target."""
+    """What a measured dict's rows depend on: the model, the arguments' types, argnums, has_aux, target, step."""
     leaves, tree = jax.tree.flatten((inputs.args, inputs.kwargs))
     types = tuple((tuple(getattr(leaf, "shape", ())), str(getattr(leaf, "dtype", type(leaf))),
                    str(getattr(leaf, "sharding", None))) for leaf in leaves)
-    return loss_for, tree, types, inputs.argnums, inputs.has_aux, inputs.target
+    return loss_for, tree, types, inputs.argnums, inputs.has_aux, inputs.target, inputs.step, inputs.donate
 
 
 def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
@@ -202,6 +202,8 @@ def plan_names(
     target: str | None = None,
     flops_tolerance: float = 5e-3,
     exact: bool = False,
+    step: bool = False,
+    donate_argnums: int | Sequence[int] | None = None,
 ) -> NamePlan:
     """For each named value, keep it on the device, offload it to host memory or recompute it.
 
@@ -298,6 +300,9 @@ def plan_names(
             compares them exactly.
         exact: ``True``: never leave a plan uncompiled on its predicted device bytes (see
             above); ``False``: do, and compile far fewer plans.
+        step: As for :func:`compare_policies`: ``loss_for`` returns a whole training
+            step (``step(params, opt_state, batch)``), and each plan compiles that step.
+        donate_argnums: As for :func:`compare_policies`, with ``step=True``.
 
     Returns:
         The chosen row, a :class:`NamePlan`: its ``name`` and ``policy`` (the label and
@@ -354,7 +359,7 @@ def plan_names(
         measured = {}
     elif not isinstance(measured, dict):
         raise TypeError(f"measured must be None or a dict, got {type(measured).__name__}")
-    inputs = check_inputs(args, argnums, kwargs, has_aux, target)
+    inputs = check_inputs(args, argnums, kwargs, has_aux, target, step, donate_argnums)
     if offload is None:
         offload = inputs.target is not None
     elif offload and inputs.target is None:

@@ -87,6 +87,10 @@ class Target:
             for a GPU, the ``device_description_str`` of its XLA target description.
         hardware: For a GPU, its published rates (see :class:`Hardware`); ``None`` for a
             TPU, whose step time the package does not estimate (see :func:`estimate_step`).
+        memory_bytes: The memory of one device (HBM), as its maker publishes it, in
+            binary units (an H100's "80 GB" as 80 GiB). What a program may use is less:
+            the CUDA context and the allocator's own share on a GPU, and by default JAX
+            preallocates 75% of a GPU's memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``).
     """
 
     name: str
@@ -94,6 +98,7 @@ class Target:
     device_kind: str
     topology: str
     hardware: Hardware | None = None
+    memory_bytes: int = 0
 
     @property
     def compiler(self) -> str:
@@ -107,38 +112,39 @@ class Target:
         return target_devices(self.name, count)
 
 
-def _tpu(name: str, generation: str, kind: str) -> Target:
-    return Target(name, "tpu", kind, generation)
+def _tpu(name: str, generation: str, kind: str, gib: int) -> Target:
+    return Target(name, "tpu", kind, generation, memory_bytes=gib * 2**30)
 
 
-def _gpu(name: str, description: str, bf16: float, tf32: float, f8: float, f64: float, memory: float,
-         host: float, source: str) -> Target:
-    """A GPU target; rates in TFLOP/s and GB/s, as datasheets print them."""
+def _gpu(name: str, description: str, gib: int, bf16: float, tf32: float, f8: float, f64: float,
+         memory: float, host: float, source: str) -> Target:
+    """A GPU target; memory in GiB, rates in TFLOP/s and GB/s, as datasheets print them."""
     flops = {"bf16": bf16 * 1e12, "f32": tf32 * 1e12, "f8": f8 * 1e12, "int8": f8 * 1e12, "f64": f64 * 1e12}
-    return Target(name, "cuda", description, description, Hardware(flops, memory * 1e9, host * 1e9, source))
+    return Target(name, "cuda", description, description, Hardware(flops, memory * 1e9, host * 1e9, source),
+                  gib * 2**30)
 
 
 _PCIE4, _PCIE5, _PCIE6, _C2C = 32, 64, 128, 450  # GB/s each way: PCIe x16 generations, NVLink-C2C
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    _tpu("tpu-v5e", "v5e", "TPU v5 lite"),
-    _tpu("tpu-v5p", "v5p", "TPU v5"),
-    _tpu("tpu-v6e", "v6e", "TPU v6 lite"),
-    _gpu("a100", "NVIDIA A100-SXM4-80GB", 312, 156, 624, 19.5, 2039, _PCIE4,
+    _tpu("tpu-v5e", "v5e", "TPU v5 lite", 16),
+    _tpu("tpu-v5p", "v5p", "TPU v5", 95),
+    _tpu("tpu-v6e", "v6e", "TPU v6 lite", 32),
+    _gpu("a100", "NVIDIA A100-SXM4-80GB", 80, 312, 156, 624, 19.5, 2039, _PCIE4,
          "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); PCIe Gen4 x16"),
-    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 312, 156, 624, 19.5, 1555, _PCIE4,
+    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 40, 312, 156, 624, 19.5, 1555, _PCIE4,
          "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB); PCIe Gen4 x16"),
-    _gpu("h100", "NVIDIA H100 80GB HBM3", 989.5, 494.7, 1979, 66.9, 3350, _PCIE5,
+    _gpu("h100", "NVIDIA H100 80GB HBM3", 80, 989.5, 494.7, 1979, 66.9, 3350, _PCIE5,
          "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16"),
-    _gpu("h100-pcie", "NVIDIA H100 PCIe", 756.5, 378, 1513, 51.2, 2000, _PCIE5,
+    _gpu("h100-pcie", "NVIDIA H100 PCIe", 80, 756.5, 378, 1513, 51.2, 2000, _PCIE5,
          "NVIDIA H100 Tensor Core GPU datasheet (PCIe); PCIe Gen5 x16"),
-    _gpu("h200", "NVIDIA H200 141GB HBM3e", 989.5, 494.7, 1979, 66.9, 4800, _PCIE5,
+    _gpu("h200", "NVIDIA H200 141GB HBM3e", 141, 989.5, 494.7, 1979, 66.9, 4800, _PCIE5,
          "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16"),
-    _gpu("b200", "NVIDIA B200", 2250, 1125, 4500, 37, 8000, _PCIE5,
+    _gpu("b200", "NVIDIA B200", 180, 2250, 1125, 4500, 37, 8000, _PCIE5,
          "NVIDIA HGX B200 datasheet, per GPU; PCIe Gen5 x16"),
-    _gpu("b300", "NVIDIA B300", 2250, 1125, 4500, 1.25, 8000, _PCIE6,
+    _gpu("b300", "NVIDIA B300", 288, 2250, 1125, 4500, 1.25, 8000, _PCIE6,
          "NVIDIA HGX B300 datasheet, per GPU; PCIe Gen6 x16"),
-    _gpu("gb200", "NVIDIA GB200", 2500, 1250, 5000, 45, 8000, _C2C,
+    _gpu("gb200", "NVIDIA GB200", 186, 2500, 1250, 5000, 45, 8000, _C2C,
          "NVIDIA GB200 NVL72 datasheet, per GPU; NVLink-C2C to the Grace CPU (900 GB/s both ways)"),
 )}
 """Every target under its name, TPU generations (one chip per device) and NVIDIA GPUs."""
