@@ -23,6 +23,7 @@ pinned versions: when the package is not installed there, the modules it needs
 
     python benchmarks/check_on_hardware.py --out results/
     python benchmarks/check_on_hardware.py --sizes large,xl_bf16 --time-sizes xl_bf16
+    python benchmarks/check_on_hardware.py --sizes llama1b --time-sizes llama1b --modes run_noat
 
 Do not set ``JAX_PLATFORMS=cpu`` there (``make`` sets it; this script does not). On a
 machine without an NVIDIA GPU it says so and exits 0.
@@ -49,6 +50,10 @@ SIZES = {
     "large_bf16": dict(layers=8, batch=8, seq=1024, d_model=1024, heads=8, mlp_dim=4096, dtype="bfloat16"),
     "xl_bf16": dict(layers=16, batch=8, seq=2048, d_model=2048, heads=16, mlp_dim=8192, dtype="bfloat16"),
 }
+# Whole training steps of remat_guide.models' Llama 3 decoder (decoder_step: AdamW, float32 master
+# weights, parameters and optimizer state donated), one GPU, unsharded; names from STEP_POLICIES.
+STEPS = {"llama1b": dict(model="1b", batch=1, seq=4096)}
+STEP_POLICIES = ("none", "full", "minimal", "save_qkv_proj", "qkv_proj_offloaded")
 MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
                  "host_temp_size_in_bytes", "peak_memory_in_bytes")
 MODES = {
@@ -92,12 +97,32 @@ def matching_target(targets, device_kind: str) -> str | None:
     return None
 
 
+def step_program(models, size: str, name: str):
+    """A Llama training step of :data:`STEPS` under a policy: the jitted step and real arguments on the GPU."""
+    import jax
+    import jax.numpy as jnp
+
+    config = models.LLAMA3[STEPS[size]["model"]]
+    policy = None if name == "none" else models.MAXTEXT_PRESETS[name]
+    params, opt_state, batch = models.decoder_args(config, STEPS[size]["batch"], STEPS[size]["seq"])
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(0), len(leaves) + 1)
+    params = jax.tree.unflatten(tree, [jax.random.normal(k, s.shape, s.dtype) * 0.02 for k, s in zip(keys, leaves)])
+    opt_state = models.decoder_optimizer().init(params)
+    tokens = jax.random.randint(keys[-1], batch["inputs"].shape, 0, config.vocab, jnp.int32)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+    step = jax.jit(models.decoder_step(config, policy), donate_argnums=(0, 1))
+    return step, [params, opt_state, batch]
+
+
 def child(size: str, name: str, mode: str) -> dict:
     """One program in this process: compile on the GPU, run, and read the allocator."""
     import jax
     import jax.numpy as jnp
 
     models, targets = package_modules()
+    if size in STEPS:
+        return step_child(models, targets, size, name, mode)
     sizes = dict(SIZES[size])
     dtype = jnp.dtype(sizes.pop("dtype"))
     params, x = models.transformer_args(**sizes)
@@ -138,6 +163,47 @@ def child(size: str, name: str, mode: str) -> dict:
     return record
 
 
+def step_child(models, targets, size: str, name: str, mode: str) -> dict:
+    """One training step of :data:`STEPS`: as :func:`child`, its donated arguments replaced after each run."""
+    import jax
+
+    device = jax.devices()[0]
+    step, arguments = step_program(models, size, name)
+    jax.block_until_ready(arguments)
+    record = {"cfg": size, "policy": name, "mode": mode, "jax": jax.__version__, "device_kind": device.device_kind,
+              "in_use_args": (device.memory_stats() or {}).get("bytes_in_use")}
+    planned = step.lower(*arguments).compile(compiler_options={"xla_gpu_autotune_level": 0})
+    compiled = planned if mode == "run_noat" else step.lower(*arguments).compile()
+    record["peak_after_compile"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+
+    def run():
+        params, opt_state, loss = compiled(*arguments)
+        arguments[:2] = [params, opt_state]  # the donated buffers are gone: the next step takes the new ones
+        return jax.block_until_ready(loss)
+
+    record["loss"] = float(run())
+    if mode == "time":
+        for _ in range(2):
+            run()
+        steps = []
+        for _ in range(6):
+            start = time.perf_counter()
+            run()
+            steps.append(time.perf_counter() - start)
+        steps.sort()
+        record["step_ms"] = [round(s * 1e3, 3) for s in steps]
+        record["step_ms_median"] = round(steps[len(steps) // 2] * 1e3, 3)
+    record["peak_after_run"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    memory = compiled.memory_analysis()
+    record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
+    chosen = matching_target(targets, device.device_kind)
+    if chosen is not None:
+        record["predicted_target"] = chosen
+        record["predicted_device_bytes"] = targets.device_bytes(planned.memory_analysis(), chosen)
+        record["predicted_step_seconds"] = targets.estimate_step(planned, chosen).seconds
+    return record
+
+
 def host_link() -> dict:
     """``jax.device_put`` between device and pinned host memory, each way: best and median GB/s of 5."""
     import jax
@@ -172,8 +238,10 @@ def run_child(arguments: list[str], environment: dict) -> tuple[dict | None, str
     return None, done.stderr[-1500:]
 
 
-def policies() -> tuple[str, ...]:
-    """The measured policies' names, as ``remat_guide.models`` lists them."""
+def policies(size: str = "") -> tuple[str, ...]:
+    """The measured policies' names, as ``remat_guide.models`` lists them (:data:`STEP_POLICIES` for a step)."""
+    if size in STEPS:
+        return STEP_POLICIES
     models, _ = package_modules()
     return models.MEASURED_POLICIES
 
@@ -199,9 +267,9 @@ def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) ->
                 print(f"done: {' '.join(job)}", flush=True)
         while pending and time.time() - start < limit_s:
             job = pending[0]
-            alone = job[2] == "time" or job[0] == "xl_bf16"
+            alone = job[2] == "time" or job[0] in ("xl_bf16", *STEPS)
             if running and (alone or len(running) >= parallel or any(
-                    j[2] == "time" or j[0] == "xl_bf16" for j, _ in running)):
+                    j[2] == "time" or j[0] in ("xl_bf16", *STEPS) for j, _ in running)):
                 break
             pending.pop(0)
             environment = no_autotune if job[2] == "run_noat" else base
@@ -230,9 +298,9 @@ def summary(rows: list[dict]) -> None:
         row = by.get((size, name, "run_noat")) or by.get((size, name, "time")) or {}
         return row.get("predicted_step_seconds")
 
-    for size in SIZES:
+    for size in (*SIZES, *STEPS):
         base = by.get((size, "none", "time")) or {}
-        for name in policies():
+        for name in policies(size):
             noat, timed = by.get((size, name, "run_noat")), by.get((size, name, "time"))
             tuned = timed or by.get((size, name, "run"))
             any_row = noat or tuned
@@ -266,7 +334,8 @@ def software() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default=",".join(SIZES), help="sizes to measure (default: all four)")
+    parser.add_argument("--sizes", default=",".join(SIZES),
+                        help=f"sizes to measure (default: the four gradients; training steps: {', '.join(STEPS)})")
     parser.add_argument("--time-sizes", default="large_bf16,xl_bf16", help="sizes whose step time is measured")
     parser.add_argument("--modes", default="run_noat,run", help="memory modes besides time")
     parser.add_argument("--parallel", type=int, default=3, help="programs at once on the GPU (small sizes)")
@@ -292,16 +361,18 @@ def main() -> int:
     timed = {s for s in options.time_sizes.split(",") if s}
     modes = [m for m in options.modes.split(",") if m]
     # Step times first, the largest size first: what the stored measurement has least of.
-    jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in policies()]
-    jobs += [(size, name, mode) for size in sizes for mode in modes for name in policies()]
+    jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in policies(size)]
+    jobs += [(size, name, mode) for size in sizes for mode in modes for name in policies(size)]
     link, error = run_child(["--host-link"], dict(os.environ))
     results, skipped = schedule(jobs, options.parallel, options.limit_s)
     summary(results)
     found = {
-        "what": "jax.jit(jax.grad(transformer_loss(policy))) of remat_guide.models (argnums=0), compiled and run "
-                f"on one {kind}",
+        "what": ("jax.jit(jax.grad(transformer_loss(policy))) of remat_guide.models (argnums=0)"
+                 if not set(sizes) & set(STEPS) else
+                 "jax.jit(decoder_step(LLAMA3[model], MAXTEXT_PRESETS[policy]), donate_argnums=(0, 1)) of "
+                 "remat_guide.models (float32 master weights, AdamW)") + f", compiled and run on one {kind}",
         "measured_on": datetime.date.today().isoformat(), "device": kind, "software": software(),
-        "configs": {s: SIZES[s] for s in sizes}, "modes": MODES, "fields": FIELDS,
+        "configs": {s: SIZES.get(s) or STEPS[s] for s in sizes}, "modes": MODES, "fields": FIELDS,
         "method": "benchmarks/check_on_hardware.py: one fresh process per program, "
                   "XLA_PYTHON_CLIENT_PREALLOCATE=false, parameters and input random normal x 0.02",
         "host_link": link or {"error": error}, "rows": results,

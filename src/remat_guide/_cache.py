@@ -161,10 +161,12 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
     For a GPU (``platform="cuda"``), also its kernels' matmul FLOPs and bytes, which the
     step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
     compiler refuses gives its error message instead; with ``log``, the lines XLA logged
-    while compiling are kept too.
+    while compiling are kept too (they never reach stderr).
     """
     figures: dict[str, Any] = {"memory": None, "cost": None, "instructions": None}
-    with captured_stderr() if log else contextlib.nullcontext([""]) as text:
+    # Always captured: XLA's TPU compiler logs warnings (it could not rematerialize enough)
+    # that would otherwise reach a notebook's output on the first build only.
+    with captured_stderr() as text:
         try:
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
         except jax.errors.JaxRuntimeError as error:

@@ -24,11 +24,11 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
-from remat_guide.targets import Target, estimate_step, place, target
+from remat_guide.targets import Target, device_bytes, estimate_step, place, target
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "refused_bytes",
-           "standard_policy",
+           "standard_policy", "target_device_bytes",
            "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
@@ -428,6 +428,25 @@ def refused_bytes(message: str) -> int | None:
         if found:
             return round(float(found.group(1)) * _UNITS[found.group(2)])
     return None
+
+
+def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> int:
+    """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), its target program only.
+
+    A program XLA's TPU compiler refuses needs what its error message says.
+    """
+    loss, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
+    del loss
+    chosen = inputs.target
+    try:
+        compiled = cache.target_figures(on_target.lower(), chosen.name, chosen.platform,
+                                        cache.unrun_options(chosen.platform))
+    except jax.errors.JaxRuntimeError as error:
+        needed = refused_bytes(str(error))
+        if needed is None:
+            raise
+        return needed
+    return device_bytes(types.SimpleNamespace(**compiled["memory"]), chosen)
 
 
 def _measurement(figures: dict[str, Any], residual_bytes: int | None) -> Measurement:

@@ -561,8 +561,8 @@ def recommend_policy(
             argument is wrong as for :func:`compare_policies`).
         ValueError: If ``budget_bytes`` is not positive; ``rows`` is empty, or given
             together with ``loss_for``, arguments, ``policies``, ``argnums``,
-            ``has_aux``, ``kwargs``, ``target``, ``step`` or ``donate_argnums``; or no policy fits: the message names the
-            smallest memory any policy reaches (or an argument is wrong as for
+            ``has_aux``, ``kwargs``, ``target``, ``step`` or ``donate_argnums``; or no
+            policy fits: the message names the smallest memory any policy reaches (or an argument is wrong as for
             :func:`compare_policies`).
 
     Warns:

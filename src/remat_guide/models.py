@@ -1,4 +1,4 @@
-"""Reference models for comparing policies: each is a ``loss_for(policy)`` (or a training step) plus abstract arguments."""
+"""Reference models for comparing policies: a ``loss_for(policy)`` or a training step, and abstract arguments."""
 
 from __future__ import annotations
 
@@ -715,17 +715,37 @@ def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
     return loss
 
 
+def _optax() -> Any:
+    try:
+        import optax
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError("the decoder's training step uses optax: pip install 'remat-guide[train]' "
+                                  "(or: pip install optax)") from error
+    return optax
+
+
 def decoder_optimizer(learning_rate: float = 3e-4) -> Any:
     """The optimizer of :func:`decoder_step`: ``optax.adamw`` as Llama 3 was trained (b2 0.95, weight decay 0.1).
+
+    Args:
+        learning_rate: A positive number, or an optax schedule (a function of the step).
+
+    Raises:
+        TypeError: If ``learning_rate`` is neither a number nor callable.
+        ValueError: If it is a number that is not positive.
 
     Examples:
         >>> from remat_guide.models import decoder_optimizer
         >>> type(decoder_optimizer()).__name__
         'GradientTransformationExtraArgs'
     """
-    import optax
-
-    return optax.adamw(learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+    if not callable(learning_rate):
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
+            raise TypeError(f"learning_rate must be a number or an optax schedule, got "
+                            f"{type(learning_rate).__name__}")
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+    return _optax().adamw(learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
 
 
 def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer: Any = None) -> Callable:
@@ -761,8 +781,7 @@ def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer
         >>> jax.tree.structure(params) == jax.tree.structure(args[0]), loss.shape
         (True, ())
     """
-    import optax
-
+    optax = _optax()
     optimizer = _optimizer(optimizer)
     loss = decoder_loss(config, policy, mesh)
 
@@ -840,8 +859,7 @@ def decoder_args(config: DecoderConfig, batch: int, seq: int, *, mesh: Any = Non
     f32 = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32, sharding=s.sharding), specs)
     state = jax.eval_shape(optimizer.init, f32)
     if mesh is not None:
-        import optax
-
+        optax = _optax()
         replicated = jax.sharding.NamedSharding(mesh, P())
         state = optax.tree_map_params(
             optimizer, lambda leaf, like: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=like.sharding),

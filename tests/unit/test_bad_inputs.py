@@ -30,6 +30,7 @@ from remat_guide import (
     checkpoint_dot_policy,
     compare_policies,
     count_flops,
+    fit,
     fwd_bwd,
     models,
     plan_names,
@@ -119,6 +120,10 @@ def transformer_params(**changes):
     params, _ = models.transformer_args(layers=1, batch=1, seq=2, d_model=4, heads=2, mlp_dim=4)
     params.update(changes)
     return params
+
+
+ROW = PolicyRow("no checkpoint", None, 0, 16, 10, 10, 1.0)
+SMALL_DECODER = models.LLAMA3["8b"].smaller(layers=1, d_model=16, heads=2, kv_heads=1, mlp_dim=32, vocab=64)
 
 
 def eval_loss(loss_for, *args):
@@ -527,6 +532,63 @@ CASES = {
     ],
     "models.measured_policy": [
         ("an unknown name", lambda: models.measured_policy("dots"), ValueError, "name"),
+    ],
+    "models.DecoderConfig": [
+        ("layers zero", lambda: models.DecoderConfig("x", 0, 8, 2, 1, 8, 16), ValueError, "layers"),
+        ("heads not dividing d_model", lambda: models.DecoderConfig("x", 1, 8, 3, 1, 8, 16), ValueError,
+         "heads"),
+        ("kv_heads not dividing heads", lambda: models.DecoderConfig("x", 1, 8, 4, 3, 8, 16), ValueError,
+         "kv_heads"),
+        ("an odd head width", lambda: models.DecoderConfig("x", 1, 6, 2, 1, 8, 16), ValueError, "heads"),
+        ("vocab a float", lambda: models.DecoderConfig("x", 1, 8, 2, 1, 8, 16.0), TypeError, "vocab"),
+        ("name not a str", lambda: models.DecoderConfig(8, 1, 8, 2, 1, 8, 16), TypeError, "name"),
+    ],
+    "models.decoder_loss": [
+        ("config a str", lambda: models.decoder_loss("8b", None), TypeError, "config"),
+        ("policy not callable", lambda: models.decoder_loss(SMALL_DECODER, "full"), TypeError, "policy"),
+        ("mesh a tuple", lambda: models.decoder_loss(SMALL_DECODER, None, mesh=(8, 1)), TypeError, "mesh"),
+    ],
+    "models.decoder_step": [
+        ("optimizer without update", lambda: models.decoder_step(SMALL_DECODER, None, optimizer=object()),
+         TypeError, "optimizer"),
+        ("config None", lambda: models.decoder_step(None, None), TypeError, "config"),
+    ],
+    "models.decoder_args": [
+        ("batch zero", lambda: models.decoder_args(SMALL_DECODER, 0, 8), ValueError, "batch"),
+        ("seq a float", lambda: models.decoder_args(SMALL_DECODER, 1, 8.0), TypeError, "seq"),
+        ("param_dtype an int type", lambda: models.decoder_args(SMALL_DECODER, 1, 8, param_dtype=jnp.int32),
+         TypeError, "param_dtype"),
+        ("logits too large to exist", lambda: models.decoder_args(models.LLAMA3["8b"], 2**30, 2**30),
+         ValueError, "batch"),
+        ("mesh with another axis", lambda: models.decoder_args(SMALL_DECODER, 1, 8, mesh=jax.sharding.Mesh(
+            np.array(targets.target_devices("h100", 2)), ("model",))), ValueError, "mesh"),
+    ],
+    "fit.step_memory": [
+        ("row a dict", lambda: fit.step_memory({}, jnp.sum, X, X, X), TypeError, "row"),
+        ("loss not callable", lambda: fit.step_memory(ROW, 3, X, X, X), TypeError, "loss"),
+        ("also a list", lambda: fit.step_memory(ROW, jnp.sum, X, X, X, also=[1]), TypeError, "also"),
+        ("also negative", lambda: fit.step_memory(ROW, jnp.sum, X, X, X, also={"logits": -1}), ValueError,
+         "also"),
+    ],
+    "fit.largest_batch": [
+        ("no target", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None, budget_bytes=1,
+                                                target=None), TypeError, "target"),
+        ("multiple zero", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None, budget_bytes=1,
+                                                    target="h100", multiple=0), ValueError, "multiple"),
+        ("limit below multiple", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None,
+                                                           budget_bytes=1, target="h100", multiple=4, limit=2),
+         ValueError, "limit"),
+        ("args_for not callable", lambda: fit.largest_batch(tagged_loss_for, (X,), policy=None, budget_bytes=1,
+                                                            target="h100"), TypeError, "args_for"),
+        ("budget a float", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None,
+                                                     budget_bytes=1.5, target="h100"), TypeError, "budget_bytes"),
+    ],
+    "fit.device_nbytes": [
+        ("a str leaf", lambda: fit.device_nbytes({"w": "abc"}), TypeError, "tree"),
+    ],
+    "models.decoder_optimizer": [
+        ("learning_rate a str", lambda: models.decoder_optimizer("fast"), TypeError, "learning_rate"),
+        ("learning_rate negative", lambda: models.decoder_optimizer(-1.0), ValueError, "learning_rate"),
     ],
     "targets.device_bytes": [
         ("not a memory analysis", lambda: targets.device_bytes({"temp": 1}, "h100"), TypeError, "memory"),

@@ -1,0 +1,312 @@
+"""Will a training step fit: where its device memory goes, and the largest batch that fits under a policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import pandas as pd
+
+from remat_guide import _validation as validation
+from remat_guide._measure import check_inputs, target_device_bytes
+from remat_guide.compare import PolicyRow
+from remat_guide.residuals import saved_residuals
+from remat_guide.sharded import is_sharded, residual_shardings
+from remat_guide.tables import Table
+
+__all__ = ["BatchFit", "MemoryBreakdown", "device_nbytes", "largest_batch", "step_memory"]
+
+
+def device_nbytes(tree: Any) -> int:
+    """The bytes one device holds of a pytree of arrays or ``jax.ShapeDtypeStruct`` values.
+
+    A leaf sharded with a ``NamedSharding`` counts its shard; any other leaf counts whole.
+
+    Raises:
+        TypeError: If a leaf has no shape and dtype.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.fit import device_nbytes
+        >>> device_nbytes({"w": jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16), "step": jnp.int32(0)})
+        2097156
+    """
+    total = 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            raise TypeError(f"tree{jax.tree_util.keystr(path)} must be an array or a jax.ShapeDtypeStruct, "
+                            f"got {type(leaf).__name__}")
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            shape = sharding.shard_shape(tuple(shape))
+        total += math.prod(shape) * np.dtype(dtype).itemsize
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBreakdown:
+    """One compiled step's device memory, part by part, on one device (see :func:`step_memory`).
+
+    Attributes:
+        row: The compiled step's row (from :func:`remat_guide.compare_policies` with
+            ``step=True``).
+        parts: ``(part, bytes, counted in)`` in the order shown: the arguments
+            (parameters, optimizer state, batch), the outputs that reuse no argument's
+            buffer, then what the compiler's temporary memory holds (the gradients, each
+            saved residual by its name, the values given as ``also``, and the rest).
+        residuals: ``(name, layers, bytes)`` of each residual kept on the device, its
+            bytes over every layer; offloaded ones are in ``host_residuals``.
+        host_residuals: The same for residuals a policy offloads to host memory.
+    """
+
+    row: PolicyRow
+    parts: tuple[tuple[str, int, str], ...]
+    residuals: tuple[tuple[str, int, int], ...]
+    host_residuals: tuple[tuple[str, int, int], ...]
+
+    @property
+    def total_bytes(self) -> int:
+        """The sum of the parts: on a GPU or TPU target, the row's ``device_bytes`` (what decides the fit)."""
+        return sum(nbytes for _, nbytes, _ in self.parts)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The parts as a DataFrame: ``part``, ``bytes``, ``counted in``, exact byte counts."""
+        return pd.DataFrame(list(self.parts), columns=["part", "bytes", "counted in"])
+
+    def table(self) -> Table:
+        """The parts as a :class:`~remat_guide.tables.Table`, one unit for the column."""
+        return Table(self.to_pandas(), units={"bytes": "bytes"})
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+
+def _residual_label(residual: Any) -> str:
+    if residual.kind == "named":
+        return residual.name.strip("'")
+    return f"{residual.name} at {residual.location.split(' ')[0]}" if residual.location else residual.name
+
+
+def step_memory(row: PolicyRow, loss: Callable, params: Any, opt_state: Any, batch: Any, /, *,
+                also: Mapping[str, int] | None = None) -> MemoryBreakdown:
+    """Splits a compiled training step's device memory into what holds it, per device.
+
+    The arguments are counted from their shapes and shardings (the parameters, the
+    optimizer's state, the batch); the gradients are as large as the parameters (their
+    dtype) and live in the compiler's temporary memory, as do the residuals that the
+    forward pass keeps for the backward pass, listed by
+    :func:`remat_guide.saved_residuals` (per device with
+    :func:`remat_guide.sharded.residual_shardings` when sharded) for ``loss`` with the
+    row's policy. What the temporary memory holds beyond them (the logits, the update,
+    the recomputed activations, XLA's scratch) is the rest; it is negative when XLA
+    frees some of them before others are made, since the parts are sizes, not
+    lifetimes.
+
+    Args:
+        row: The step's row, from :func:`remat_guide.compare_policies` with
+            ``step=True`` (compiled for a target, or for this machine).
+        loss: The loss the step differentiates, checkpointed with the row's policy:
+            ``loss(params, batch)``.
+        params: The step's parameters, as it was compiled with.
+        opt_state: The step's optimizer state.
+        batch: The step's batch.
+        also: Further values to single out of the temporary memory, by label, in bytes
+            per device (such as the float32 logits).
+
+    Returns:
+        A :class:`MemoryBreakdown`; it renders as a table.
+
+    Raises:
+        TypeError: If ``row`` is not a :class:`PolicyRow`, ``loss`` is not callable, a
+            leaf of the arguments is not an array, or ``also`` is not a mapping from
+            str to ints.
+        ValueError: If the row was refused by the compiler (there is nothing to split).
+
+    Examples:
+        >>> import functools
+        >>> from remat_guide import compare_policies
+        >>> from remat_guide.fit import step_memory
+        >>> from remat_guide.models import LLAMA3, decoder_args, decoder_loss, decoder_step
+        >>> config = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+        >>> args = decoder_args(config, batch=2, seq=16)
+        >>> rows = compare_policies(functools.partial(decoder_step, config), *args, step=True, target="h100",
+        ...                         policies=["nothing_saveable"])
+        >>> memory = step_memory(rows[1], decoder_loss(config, rows[1].policy), args[0], *args[1:])
+        >>> memory.to_pandas()["part"].tolist()[:4]
+        ['parameters', 'optimizer state', 'batch', 'outputs (not reusing an argument)']
+        >>> sum(b for _, b, _ in memory.parts) == memory.total_bytes
+        True
+    """
+    if not isinstance(row, PolicyRow):
+        raise TypeError(f"row must be a PolicyRow, got {type(row).__name__}")
+    if row.refused:
+        raise ValueError(f"row {row.name!r} was refused by the compiler ({row.refused}); there is no memory "
+                         "to split")
+    validation.callable_arg(loss, "loss")
+    extra = {} if also is None else dict(also) if isinstance(also, Mapping) else None
+    if extra is None:
+        raise TypeError(f"also must be None or a mapping from labels to bytes, got {type(also).__name__}")
+    for label, value in extra.items():
+        validation.string(label, "also's labels")
+        extra[label] = validation.integer(value, f"also[{label!r}]", minimum=0)
+    parameters, state, data = device_nbytes(params), device_nbytes(opt_state), device_nbytes(batch)
+    gradients = parameters
+    on_device: dict[str, list[int]] = {}
+    on_host: dict[str, list[int]] = {}
+    if is_sharded(params, batch):
+        kept = [(r.residual, r.device_nbytes) for r in residual_shardings(loss, params, batch, argnums=0)]
+    else:
+        kept = [(r, r.nbytes) for r in saved_residuals(loss, params, batch, argnums=0)]
+    for residual, nbytes in kept:
+        if residual.kind == "argument":
+            continue  # the parameters and the batch, counted as arguments
+        where = on_host if residual.memory == "host" else on_device
+        layers = math.prod(residual.stacked) if residual.stacked else 1
+        entry = where.setdefault(_residual_label(residual), [0, 0])
+        entry[0] = max(entry[0], layers)
+        entry[1] += nbytes
+    saved = sum(nbytes for _, nbytes in on_device.values())
+    parts: list[tuple[str, int, str]] = [
+        ("parameters", parameters, "arguments"),
+        ("optimizer state", state, "arguments"),
+        ("batch", data, "arguments"),
+        ("outputs (not reusing an argument)", row.output_bytes - row.alias_bytes, "outputs"),
+        ("gradients", gradients, "temp"),
+    ]
+    parts += [(f"residual {name}", nbytes, "temp") for name, (_, nbytes) in on_device.items()]
+    parts += [(label, value, "temp") for label, value in extra.items()]
+    rest = row.temp_bytes - gradients - saved - sum(extra.values())
+    parts.append(("rest of temp (recomputed values, update, scratch)", rest, "temp"))
+    counted = parameters + state + data
+    if counted != row.argument_bytes:
+        parts.append(("arguments' padding (compiler's layout)", row.argument_bytes - counted, "arguments"))
+    held = row.argument_bytes + row.output_bytes - row.alias_bytes + row.temp_bytes
+    if row.target is not None and row.device_bytes != held:  # a TPU: its compiler's peak decides
+        parts.append(("compiler's peak beyond these", row.device_bytes - held, "peak"))
+    return MemoryBreakdown(row, tuple(parts),
+                           tuple((name, layers, nbytes) for name, (layers, nbytes) in on_device.items()),
+                           tuple((name, layers, nbytes) for name, (layers, nbytes) in on_host.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchFit:
+    """The largest batch that fits under one policy (see :func:`largest_batch`).
+
+    Attributes:
+        batch: The largest batch that fits; 0 when not even the smallest does.
+        device_bytes: What that batch needs (``PolicyRow.device_bytes``); for ``batch``
+            0, what the smallest batch needs.
+        compiled: Every batch compiled, with what it needs, in the order compiled.
+    """
+
+    batch: int
+    device_bytes: int
+    compiled: tuple[tuple[int, int], ...]
+
+
+def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Callable[[int], tuple], /, *,
+                  policy: Any, budget_bytes: int, target: str, multiple: int = 1, limit: int = 2**16,
+                  step: bool = False, donate_argnums: Any = None) -> BatchFit:
+    """The largest batch whose compiled program fits ``budget_bytes`` on a target, found by compiling.
+
+    Each candidate batch is compiled for the target ahead of time (never run), as
+    :func:`remat_guide.compare_policies` compiles it, and fits when its
+    ``device_bytes`` is at most the budget (a program XLA's TPU compiler refuses does
+    not fit). A step's memory grows about linearly with its batch, so the search
+    compiles the smallest batch and twice it, predicts the boundary from the line
+    through them, and compiles around the prediction, each time from the two nearest
+    batches compiled, until it holds a batch that fits next to one that does not
+    (usually four or five compiles). Only the target's program is compiled: no FLOPs
+    are counted.
+
+    Args:
+        loss_for: As for :func:`remat_guide.compare_policies` (with ``step=True``, a
+            ``step_for``).
+        args_for: Called as ``args_for(batch)``; returns the positional arguments for
+            that batch (abstract ones are enough, such as those of
+            :func:`remat_guide.models.decoder_args`).
+        policy: The policy to measure, or ``None`` for ``loss_for(None)``.
+        budget_bytes: The device memory one device may use, in bytes.
+        target: The accelerator, as for :func:`remat_guide.compare_policies`.
+        multiple: The batch's step: the batches tried are multiples of it (the devices
+            the batch is split over).
+        limit: The largest batch to try.
+        step: As for :func:`remat_guide.compare_policies`.
+        donate_argnums: As for :func:`remat_guide.compare_policies`.
+
+    Returns:
+        A :class:`BatchFit`.
+
+    Raises:
+        TypeError, ValueError: If an argument is wrong as for
+            :func:`remat_guide.compare_policies`, or ``multiple``, ``limit`` or
+            ``budget_bytes`` is not a positive int (``limit`` at least ``multiple``).
+
+    Examples:
+        >>> import functools
+        >>> import jax
+        >>> from remat_guide.fit import largest_batch
+        >>> from remat_guide.models import LLAMA3, decoder_args, decoder_step
+        >>> config = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+        >>> fit = largest_batch(functools.partial(decoder_step, config), lambda b: decoder_args(config, b, 64),
+        ...                     policy=jax.checkpoint_policies.nothing_saveable, budget_bytes=2**23,
+        ...                     target="h100", step=True)
+        >>> fit.batch > 0, fit.device_bytes <= 2**23
+        (True, True)
+        >>> dict(fit.compiled)[fit.batch + 1] > 2**23
+        True
+    """
+    if target is None:
+        raise TypeError("target must name an accelerator to compile for, such as 'h100' or 'tpu-v5p'; got None")
+    budget_bytes = validation.integer(budget_bytes, "budget_bytes", minimum=1)
+    multiple = validation.integer(multiple, "multiple", minimum=1)
+    limit = validation.integer(limit, "limit", minimum=multiple)
+    validation.callable_arg(loss_for, "loss_for")
+    validation.callable_arg(args_for, "args_for")
+    if policy is not None:
+        validation.policy(policy, "policy")
+    needs: dict[int, int] = {}
+
+    def need(batch: int) -> int:
+        if batch not in needs:
+            inputs = check_inputs(tuple(args_for(batch)), 0, None, False, target, step, donate_argnums)
+            needs[batch] = target_device_bytes(loss_for, policy, inputs)
+        return needs[batch]
+
+    if need(multiple) > budget_bytes:
+        return BatchFit(0, needs[multiple], tuple(needs.items()))
+    low, high = multiple, None
+    if 2 * multiple <= limit:
+        if need(2 * multiple) <= budget_bytes:
+            low = 2 * multiple
+        else:
+            high = 2 * multiple
+    else:
+        high = low + multiple
+    while high is None or high - low > multiple:
+        known = sorted(needs)
+        nearest = sorted(known, key=lambda b: abs(needs[b] - budget_bytes))[:2]
+        (b1, m1), (b2, m2) = sorted((b, needs[b]) for b in nearest)
+        slope = (m2 - m1) / (b2 - b1) if m2 != m1 else 0.0
+        guess = low + multiple if slope <= 0 else b1 + int((budget_bytes - m1) / slope)
+        guess = guess // multiple * multiple
+        ceiling = limit if high is None else high - multiple
+        guess = min(max(guess, low + multiple), ceiling)
+        if high is None and low >= limit:
+            break
+        if need(guess) <= budget_bytes:
+            low = guess
+            if high is None and guess >= limit:
+                break
+        else:
+            high = guess
+    return BatchFit(low, needs[low], tuple(needs.items()))

@@ -1,0 +1,207 @@
+"""The "Will it fit?" page's figures: Llama 3 training steps per policy on the hardware people rent."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+import pandas as pd
+
+from remat_guide import compare_policies, plan_names, recommend_policy
+from remat_guide.compare import Comparison
+from remat_guide.fit import BatchFit, largest_batch, step_memory
+from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
+from remat_guide.targets import target
+
+__all__ = ["DEVICES_NEEDED", "MEASURED", "POLICIES", "SEARCHED", "SEQ", "SETUPS", "Setup", "batches",
+           "breakdown", "budget", "h200_check", "plan", "recommended", "rows", "summary"]
+
+SEQ = 4096
+"""Tokens per sequence in every setup."""
+
+DEVICES_NEEDED = 64
+"""The simulated CPU devices the page's kernel asks for: the largest mesh's."""
+
+POLICIES = {
+    "full": MAXTEXT_PRESETS["full"],
+    "minimal": MAXTEXT_PRESETS["minimal"],
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "save_dot_except_mlp": MAXTEXT_PRESETS["save_dot_except_mlp"],
+    "save_qkv_proj": MAXTEXT_PRESETS["save_qkv_proj"],
+    "qkv_proj_offloaded": MAXTEXT_PRESETS["qkv_proj_offloaded"],
+}
+"""The policies compared, by MaxText's preset names where one exists (``full`` is
+``nothing_saveable``, ``minimal`` is ``dots_with_no_batch_dims_saveable``)."""
+
+SEARCHED = ("full", "minimal", "save_qkv_proj")
+"""The policies whose largest batch is searched by compiling (each search compiles 4 to 7 programs)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One model on one set of devices."""
+
+    key: str
+    model: str
+    target: str
+    devices: int
+    fsdp: int
+    tensor: int
+
+    @property
+    def config(self) -> Any:
+        return LLAMA3[self.model]
+
+    @property
+    def label(self) -> str:
+        chips = "chip" if self.target.startswith("tpu") else ""
+        kind = {"h100": "H100", "tpu-v5e": "TPU v5e", "tpu-v5p": "TPU v5p"}[self.target]
+        label = f"{self.config.name} on {self.devices} {kind}{' ' + chips + 's' if chips else 's'}"
+        return label.replace("on 1 H100s", "on one H100").replace("on 1 TPU v5e chips", "on one TPU v5e chip")
+
+    @property
+    def mesh(self) -> Any:
+        if self.devices == 1:
+            return None
+        devices = np.array(jax.devices()[:self.devices]).reshape(self.fsdp, self.tensor)
+        return jax.sharding.Mesh(devices, ("fsdp", "tensor"))
+
+    @property
+    def multiple(self) -> int:
+        """The batch's step: one sequence per FSDP group."""
+        return self.fsdp
+
+    def args(self, batch: int) -> tuple:
+        return decoder_args(self.config, batch, SEQ, mesh=self.mesh)
+
+    def step_for(self, policy: Any) -> Any:
+        return decoder_step(self.config, policy, self.mesh)
+
+
+SETUPS = (
+    Setup("1b-h100", "1b", "h100", 1, 1, 1),
+    Setup("1b-v5e", "1b", "tpu-v5e", 1, 1, 1),
+    Setup("1b-v5e4", "1b", "tpu-v5e", 4, 4, 1),
+    Setup("8b-h100", "8b", "h100", 8, 8, 1),
+    Setup("8b-v5p", "8b", "tpu-v5p", 8, 8, 1),
+    Setup("70b-h100", "70b", "h100", 64, 8, 8),
+    Setup("70b-v5p", "70b", "tpu-v5p", 64, 8, 8),
+)
+"""The page's setups: batch one sequence per FSDP group, 4096 tokens each; FSDP over the
+devices (8 for the 8B, 4 for the 1B on TPU v5e chips), and for the 70B FSDP over 8 and
+tensor parallelism over 8."""
+
+
+def budget(setup: Setup) -> int:
+    """The memory a step may use on one device: a TPU chip's HBM; 90% of a GPU's (autotuning's margin)."""
+    chosen = target(setup.target)
+    return chosen.memory_bytes if chosen.platform == "tpu" else chosen.memory_bytes * 9 // 10
+
+
+@functools.cache
+def rows(key: str) -> Comparison:
+    """The compared policies of one setup, compiled for its target (one sequence per FSDP group)."""
+    setup = _setup(key)
+    return compare_policies(setup.step_for, *setup.args(setup.multiple), step=True, target=setup.target,
+                            policies=POLICIES)
+
+
+@functools.cache
+def batches(key: str) -> dict[str, BatchFit]:
+    """The largest batch under each policy of :data:`SEARCHED` (and the baseline, when it fits at all)."""
+    setup = _setup(key)
+    found = {}
+    for name in SEARCHED:
+        found[name] = largest_batch(setup.step_for, setup.args, policy=POLICIES[name], budget_bytes=budget(setup),
+                                    target=setup.target, multiple=setup.multiple, limit=64 * setup.multiple,
+                                    step=True)
+    return found
+
+
+def summary(key: str) -> pd.DataFrame:
+    """One setup's table: per policy, memory per device, whether it fits, host bytes, time, FLOPs, largest batch."""
+    setup = _setup(key)
+    found = batches(key)
+    frame = pd.DataFrame({
+        "policy": [row.name for row in rows(key)],
+        "memory": [row.device_bytes for row in rows(key)],
+        "fits": ["yes" if row.device_bytes <= budget(setup) else "no" for row in rows(key)],
+        "host": [row.host_bytes for row in rows(key)],
+        "est. step": [row.step_seconds for row in rows(key)],
+        "FLOPs": [row.flops for row in rows(key)],
+        "batch": [found[row.name].batch if row.name in found else None for row in rows(key)],
+    })
+    return frame
+
+
+def recommended(key: str) -> Any:
+    """What :func:`remat_guide.recommend_policy` picks from the setup's rows at its budget (``None``: none fits)."""
+    setup = _setup(key)
+    try:
+        return recommend_policy(rows=rows(key), budget_bytes=budget(setup))
+    except ValueError:
+        return None
+
+
+PLANNED = ("context", "out_proj", "mlpwi_0", "mlpwi_1")
+"""The names :func:`plan` gives an answer for: the attention's output before and after its
+projection, and the MLP's two inputs, the largest values of a block."""
+
+
+@functools.cache
+def plan(key: str) -> Any:
+    """:func:`remat_guide.plan_names` at the setup's budget, for :data:`PLANNED` (keep, offload or recompute)."""
+    setup = _setup(key)
+    return plan_names(setup.step_for, *setup.args(setup.multiple), budget_bytes=budget(setup), names=PLANNED,
+                      target=setup.target, step=True)
+
+
+def breakdown(key: str, name: str) -> Any:
+    """Where one policy's memory goes in one setup (see :func:`remat_guide.fit.step_memory`)."""
+    setup = _setup(key)
+    row = next(row for row in rows(key) if row.name == name)
+    params, opt_state, batch = setup.args(setup.multiple)
+    tokens = setup.multiple // setup.fsdp * SEQ  # per device: one sequence per FSDP group
+    return step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh), params, opt_state, batch,
+                       also={"logits (float32)": tokens * setup.config.vocab * 4 // setup.tensor})
+
+
+def _setup(key: str) -> Setup:
+    return next(setup for setup in SETUPS if setup.key == key)
+
+
+_HARDWARE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
+MEASURED = {"time": _HARDWARE / "h200-2026-11-27-llama1b-timed.json",
+            "memory": _HARDWARE / "h200-2026-11-27-llama1b-noat.json"}
+"""The Llama 3.2 1B training steps measured on an H200 (see ``docs/_hardware/README.md``)."""
+
+
+def h200_check() -> pd.DataFrame:
+    """The package's figures for the 1B step on ``target="h200"`` beside what a real H200 measured.
+
+    Memory: ``device_bytes`` against the allocator's peak over one run compiled without
+    autotuning (arguments included). Time: the estimate against the median measured step
+    (autotuning on), each also as a ratio to ``full``.
+    """
+    measured = {kind: {r["policy"]: r for r in json.loads(path.read_text(encoding="utf-8"))["rows"]}
+                for kind, path in MEASURED.items()}
+    names = [name for name in POLICIES if name in measured["time"]]
+    config = LLAMA3["1b"]
+    compared = compare_policies(functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ),
+                                step=True, target="h200", policies={name: POLICIES[name] for name in names})
+    by_name = {row.name: row for row in compared}
+    frame = pd.DataFrame({
+        "policy": names,
+        "predicted memory": [by_name[n].device_bytes for n in names],
+        "H200 peak": [measured["memory"][n]["peak_after_run"] for n in names],
+        "est. step": [by_name[n].step_seconds for n in names],
+        "H200 step": [measured["time"][n]["step_ms_median"] / 1e3 for n in names],
+    })
+    frame["est. vs full"] = frame["est. step"] / frame["est. step"][0]
+    frame["H200 vs full"] = frame["H200 step"] / frame["H200 step"][0]
+    return frame

@@ -1,0 +1,60 @@
+"""The "Will it fit?" page: Llama 3 training steps per policy, on H100s and TPU chips."""
+
+import re
+
+from helpers import html_tables, page_text, tables_with
+
+SETUPS = ["Llama 3.2 1B on one H100", "Llama 3.2 1B on one TPU v5e chip", "Llama 3.2 1B on 4 TPU v5e chips",
+          "Llama 3.1 8B on 8 H100s", "Llama 3.1 8B on 8 TPU v5p chips", "Llama 3.1 70B on 64 H100s",
+          "Llama 3.1 70B on 64 TPU v5p chips"]
+
+
+def _setup_tables(html):
+    """The per-setup tables: a policy column, then the memory, then whether it fits."""
+    found = [rows for rows in html_tables(html) if rows and rows[0][0] == "policy" and len(rows[0]) > 2
+             and rows[0][1].startswith("memory (") and rows[0][2] == "fits"]
+    return [[dict(zip(header, row)) for row in body] for header, *body in found]
+
+
+def test_the_page_answers_first_and_names_what_its_figures_are(built_page):
+    text = page_text(built_page("fit.html"))
+    assert "{glue" not in text
+    opening = text[:text.index("The setups")]
+    for setup in SETUPS:
+        assert f"{setup}:" in opening, setup  # the picker's answer, and the largest batches
+    assert "the compiler's plan" in opening and "never a run" in opening
+    assert "no checkpoint fits none of the setups" in opening
+
+
+def test_each_setup_has_its_table_with_every_policy(built_page):
+    html = built_page("fit.html")
+    text = page_text(html)
+    for setup in SETUPS:
+        assert setup in text
+    tables = _setup_tables(html)
+    assert len(tables) == len(SETUPS)
+    for setup, rows in zip(SETUPS, tables):
+        assert [row["policy"] for row in rows] == ["no checkpoint", "full", "minimal", "dots_saveable",
+                                                   "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded"]
+        assert rows[0]["fits"] == "no", setup
+        has_time = any(header.startswith("est. step") for header in rows[0])
+        assert has_time == ("H100" in setup), setup
+        searched = {row["policy"]: row["batch"] for row in rows if row["batch"]}
+        assert set(searched) == {"full", "minimal", "save_qkv_proj"}, setup
+        for row in rows:  # a policy that fits at one sequence per group fits a batch of at least that
+            if row["policy"] in searched:
+                assert (int(searched[row["policy"]]) > 0) == (row["fits"] == "yes"), (setup, row)
+    one_chip = tables[1]
+    assert {row["fits"] for row in one_chip} == {"no"}
+
+
+def test_the_memory_breakdown_and_the_plot_are_there(built_page):
+    html = built_page("fit.html")
+    breakdowns = tables_with(html, "part")
+    assert len(breakdowns) == 2
+    for rows in breakdowns:
+        parts = [row["part"] for row in rows]
+        assert parts[:5] == ["parameters", "optimizer state", "batch", "outputs (not reusing an argument)",
+                             "gradients"]
+        assert any(part.startswith("rest of temp") for part in parts)
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 1
