@@ -370,7 +370,10 @@ def _local_figures(lowered: Any) -> dict[str, int]:
     """FLOPs and memory of a program lowered for this machine, compiled or read from the cache."""
 
     def compute() -> dict[str, int]:
-        compiled = cache.compile_unrun(lowered)
+        # XLA's warnings (the SPMD partitioner's, for one) would reach a notebook only when the
+        # program is not cached: kept out of sight, as the target's compiler's are.
+        with cache.captured_stderr():
+            compiled = cache.compile_unrun(lowered)
         flops = count_flops(compiled)
         return {"flops": flops.total, "reported_flops": flops.reported, **_memory(compiled.memory_analysis())}
 

@@ -72,7 +72,7 @@ class MemoryBreakdown:
 
     @property
     def total_bytes(self) -> int:
-        """The sum of the parts: on a GPU or TPU target, the row's ``device_bytes`` (what decides the fit)."""
+        """The sum of the parts, which on a GPU or TPU target is the row's ``device_bytes`` (what decides the fit)."""
         return sum(nbytes for _, nbytes, _ in self.parts)
 
     def to_pandas(self) -> pd.DataFrame:
@@ -126,7 +126,7 @@ def step_memory(row: PolicyRow, loss: Callable, params: Any, opt_state: Any, bat
         A :class:`MemoryBreakdown`; it renders as a table.
 
     Raises:
-        TypeError: If ``row`` is not a :class:`PolicyRow`, ``loss`` is not callable, a
+        TypeError: If ``row`` is not a :class:`~remat_guide.PolicyRow`, ``loss`` is not callable, a
             leaf of the arguments is not an array, or ``also`` is not a mapping from
             str to ints.
         ValueError: If the row was refused by the compiler (there is nothing to split).

@@ -752,7 +752,7 @@ def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer
     """One training step of :func:`decoder_loss`: ``step(params, opt_state, batch) -> (params, opt_state, loss)``.
 
     The gradient of the loss, the optimizer's update and the new parameters, as a training
-    loop runs them (jit it with ``donate_argnums=(0, 1)``; :func:`compare_policies` with
+    loop runs them (jit it with ``donate_argnums=(0, 1)``; :func:`remat_guide.compare_policies` with
     ``step=True`` does). With float32 parameters (the default of :func:`decoder_args`)
     they are the master weights and AdamW's moments are float32; with bfloat16
     parameters the moments are still float32 (they are made from float32 copies, see

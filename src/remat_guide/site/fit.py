@@ -18,8 +18,8 @@ from remat_guide.fit import BatchFit, largest_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.targets import target
 
-__all__ = ["DEVICES_NEEDED", "MEASURED", "POLICIES", "SEARCHED", "SEQ", "SETUPS", "Setup", "batches",
-           "breakdown", "budget", "h200_check", "plan", "recommended", "rows", "summary"]
+__all__ = ["DEVICES_NEEDED", "MEASURED", "PLANNED", "POLICIES", "SEARCHED", "SEQ", "SETUPS", "Setup", "answers",
+           "batches", "breakdown", "budget", "h200_check", "plan", "recommended", "rows", "summary"]
 
 SEQ = 4096
 """Tokens per sequence in every setup."""
@@ -130,13 +130,29 @@ def summary(key: str) -> pd.DataFrame:
     frame = pd.DataFrame({
         "policy": [row.name for row in rows(key)],
         "memory": [row.device_bytes for row in rows(key)],
-        "fits": ["yes" if row.device_bytes <= budget(setup) else "no" for row in rows(key)],
+        "fits": ["no (refused)" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
+                 for row in rows(key)],
         "host": [row.host_bytes for row in rows(key)],
         "est. step": [row.step_seconds for row in rows(key)],
         "FLOPs": [row.flops for row in rows(key)],
-        "batch": [found[row.name].batch if row.name in found else None for row in rows(key)],
+        "largest batch": [found[row.name].batch if row.name in found else None for row in rows(key)],
     })
     return frame
+
+
+def answers() -> pd.DataFrame:
+    """The page's opening table: per setup, how many policies fit, the pick, its time and the largest batches."""
+    lines = []
+    for setup in SETUPS:
+        frame, picked, found = summary(setup.key), recommended(setup.key), batches(setup.key)
+        lines.append({
+            "setup": setup.label,
+            "fit": f"{(frame['fits'] == 'yes').sum()} of {len(frame)}",
+            "picked": "none" if picked is None else picked.name,
+            "est. step": None if picked is None else picked.step_seconds,
+            "largest batch (" + " / ".join(SEARCHED) + ")": " / ".join(str(found[n].batch) for n in SEARCHED),
+        })
+    return pd.DataFrame(lines)
 
 
 def recommended(key: str) -> Any:
@@ -161,14 +177,56 @@ def plan(key: str) -> Any:
                       target=setup.target, step=True)
 
 
-def breakdown(key: str, name: str) -> Any:
-    """Where one policy's memory goes in one setup (see :func:`remat_guide.fit.step_memory`)."""
+def breakdown(key: str, name: str) -> pd.DataFrame:
+    """Where one policy's memory goes in one setup (see :func:`remat_guide.fit.step_memory`), as a table.
+
+    A residual that a policy keeps as a matmul's output, not by its name, is listed by the
+    line of ``remat_guide.models`` that computes it; here it is named by the
+    ``checkpoint_name`` tag on that line, or as the block's input. The float32 logits
+    are singled out of the rest of the temporary memory unless a residual holds them.
+    """
     setup = _setup(key)
     row = next(row for row in rows(key) if row.name == name)
     params, opt_state, batch = setup.args(setup.multiple)
     tokens = setup.multiple // setup.fsdp * SEQ  # per device: one sequence per FSDP group
-    return step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh), params, opt_state, batch,
-                       also={"logits (float32)": tokens * setup.config.vocab * 4 // setup.tensor})
+    loss = decoder_loss(setup.config, row.policy, setup.mesh)
+    frame = step_memory(row, loss, params, opt_state, batch).to_pandas()
+    frame["part"] = [_named(part) for part in frame["part"]]
+    if "residual logits" not in set(frame["part"]):  # else the policy keeps them: listed already
+        logits = tokens * setup.config.vocab * 4 // setup.tensor
+        frame = step_memory(row, loss, params, opt_state, batch, also={"logits (float32)": logits}).to_pandas()
+        frame["part"] = [_named(part) for part in frame["part"]]
+    return frame
+
+
+@functools.cache
+def _tags_by_line() -> dict[str, str]:
+    """Each line of ``remat_guide.models`` that starts a ``checkpoint_name`` call (``models.py:N``), with its tag."""
+    import inspect
+    import re
+
+    from remat_guide import models
+
+    lines, _ = inspect.getsourcelines(models)
+    found = {}
+    for index, line in enumerate(lines):
+        if "checkpoint_name(" in line:
+            statement = line + (lines[index + 1] if index + 1 < len(lines) else "")
+            tag = re.search(r'"(\w+)"\)', statement[statement.index("checkpoint_name("):])
+            if tag:
+                found[f"models.py:{index + 1}"] = tag.group(1)
+    return found
+
+
+def _named(part: str) -> str:
+    """A residual part named by what it is: a matmul's output by its tag, the sharding constraint as a block's input."""
+    if not part.startswith("residual ") or " at " not in part:
+        return part
+    primitive, where = part[len("residual "):].rsplit(" at ", 1)
+    if primitive == "sharding_constraint":
+        return "residual: each block's input"
+    tag = _tags_by_line().get(where) if primitive == "dot_general" else None
+    return part if tag is None else f"residual {tag}"
 
 
 def _setup(key: str) -> Setup:
