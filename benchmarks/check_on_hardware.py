@@ -246,11 +246,15 @@ def policies(size: str = "") -> tuple[str, ...]:
     return models.MEASURED_POLICIES
 
 
-def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) -> tuple[list[dict], list]:
-    """Runs every job in its own process; timing and the largest size run alone on the GPU."""
+def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) -> tuple[list[dict], list, list]:
+    """Runs every job in its own process; timing and the largest size run alone on the GPU.
+
+    Returns the records, the jobs not started within ``limit_s``, and each failed job with
+    the last line of its error.
+    """
     base = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     no_autotune = dict(base, XLA_FLAGS=(base.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip())
-    results, skipped, start = [], [], time.time()
+    results, skipped, failed, start = [], [], [], time.time()
     pending = list(jobs)
     running: list[tuple[tuple, subprocess.Popen]] = []
     while pending or running:
@@ -262,6 +266,7 @@ def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) ->
             record = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
             if record is None:
                 print(f"failed: {job}\n{err[-1500:]}", flush=True)
+                failed.append({"job": list(job), "error": (err.strip().splitlines() or [""])[-1][:500]})
             else:
                 results.append(record)
                 print(f"done: {' '.join(job)}", flush=True)
@@ -279,7 +284,7 @@ def schedule(jobs: list[tuple[str, str, str]], parallel: int, limit_s: float) ->
         if pending and time.time() - start >= limit_s and not running:
             skipped, pending = list(pending), []
         time.sleep(0.2)
-    return results, skipped
+    return results, skipped, failed
 
 
 def summary(rows: list[dict]) -> None:
@@ -338,6 +343,7 @@ def main() -> int:
                         help=f"sizes to measure (default: the four gradients; training steps: {', '.join(STEPS)})")
     parser.add_argument("--time-sizes", default="large_bf16,xl_bf16", help="sizes whose step time is measured")
     parser.add_argument("--modes", default="run_noat,run", help="memory modes besides time")
+    parser.add_argument("--policies", default="", help="only these policies (default: every one of the size)")
     parser.add_argument("--parallel", type=int, default=3, help="programs at once on the GPU (small sizes)")
     parser.add_argument("--limit-s", type=float, default=480, help="start no program after this many seconds")
     parser.add_argument("--out", type=pathlib.Path, help="write the JSON into this folder")
@@ -361,10 +367,12 @@ def main() -> int:
     timed = {s for s in options.time_sizes.split(",") if s}
     modes = [m for m in options.modes.split(",") if m]
     # Step times first, the largest size first: what the stored measurement has least of.
+    chosen = {p for p in options.policies.split(",") if p}
     jobs = [(size, name, "time") for size in reversed(sizes) if size in timed for name in policies(size)]
     jobs += [(size, name, mode) for size in sizes for mode in modes for name in policies(size)]
+    jobs = [job for job in jobs if not chosen or job[1] in chosen]
     link, error = run_child(["--host-link"], dict(os.environ))
-    results, skipped = schedule(jobs, options.parallel, options.limit_s)
+    results, skipped, failed = schedule(jobs, options.parallel, options.limit_s)
     summary(results)
     found = {
         "what": ("jax.jit(jax.grad(transformer_loss(policy))) of remat_guide.models (argnums=0)"
@@ -376,7 +384,7 @@ def main() -> int:
         "method": "benchmarks/check_on_hardware.py: one fresh process per program, "
                   "XLA_PYTHON_CLIENT_PREALLOCATE=false, parameters and input random normal x 0.02",
         "host_link": link or {"error": error}, "rows": results,
-        "not_measured": [list(job) for job in skipped]}
+        "not_measured": [list(job) for job in skipped], "failed": failed}
     if skipped:
         print(f"not measured within --limit-s: {len(skipped)} programs", flush=True)
     if options.out:

@@ -18,8 +18,9 @@ from remat_guide.fit import BatchFit, largest_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.targets import target
 
-__all__ = ["DEVICES_NEEDED", "MEASURED", "PLANNED", "POLICIES", "SEARCHED", "SEQ", "SETUPS", "Setup", "answers",
-           "batches", "breakdown", "budget", "h200_check", "plan", "recommended", "rows", "summary"]
+__all__ = ["DEVICES_NEEDED", "MEASURED", "MEASURED_POLICIES", "PLANNED", "POLICIES", "SEARCHED", "SEQ",
+           "SETUPS", "Setup", "answers", "batches", "breakdown", "budget", "h200_check", "h200_none_bytes",
+           "plan", "recommended", "rows", "summary"]
 
 SEQ = 4096
 """Tokens per sequence in every setup."""
@@ -239,6 +240,22 @@ MEASURED = {"time": _HARDWARE / "h200-2026-11-27-llama1b-timed.json",
 """The Llama 3.2 1B training steps measured on an H200 (see ``docs/_hardware/README.md``)."""
 
 
+MEASURED_POLICIES = ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded")
+"""The policies whose 1B step the H200 ran (its no-checkpoint step did not run)."""
+
+
+@functools.cache
+def _h200_rows() -> Comparison:
+    config = LLAMA3["1b"]
+    return compare_policies(functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ), step=True,
+                            target="h200", policies={name: POLICIES[name] for name in MEASURED_POLICIES})
+
+
+def h200_none_bytes() -> int:
+    """What the package plans for the 1B's step without a checkpoint on an H200 (``device_bytes``)."""
+    return _h200_rows()[0].device_bytes
+
+
 def h200_check() -> pd.DataFrame:
     """The package's figures for the 1B step on ``target="h200"`` beside what a real H200 measured.
 
@@ -248,11 +265,8 @@ def h200_check() -> pd.DataFrame:
     """
     measured = {kind: {r["policy"]: r for r in json.loads(path.read_text(encoding="utf-8"))["rows"]}
                 for kind, path in MEASURED.items()}
-    names = [name for name in POLICIES if name in measured["time"]]
-    config = LLAMA3["1b"]
-    compared = compare_policies(functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ),
-                                step=True, target="h200", policies={name: POLICIES[name] for name in names})
-    by_name = {row.name: row for row in compared}
+    names = [name for name in MEASURED_POLICIES if name in measured["time"]]
+    by_name = {row.name: row for row in _h200_rows()}
     frame = pd.DataFrame({
         "policy": names,
         "predicted memory": [by_name[n].device_bytes for n in names],
