@@ -4,6 +4,7 @@ import re
 
 from helpers import html_tables, page_text, tables_with
 
+SHORT = ["1B, 1 H100", "1B, 1 v5e", "1B, 4 v5e", "8B, 8 H100", "8B, 8 v5p", "70B, 64 H100", "70B, 64 v5p"]
 SETUPS = ["Llama 3.2 1B on one H100", "Llama 3.2 1B on one TPU v5e chip", "Llama 3.2 1B on 4 TPU v5e chips",
           "Llama 3.1 8B on 8 H100s", "Llama 3.1 8B on 8 TPU v5p chips", "Llama 3.1 70B on 64 H100s",
           "Llama 3.1 70B on 64 TPU v5p chips"]
@@ -25,12 +26,13 @@ def test_the_page_answers_first_and_names_what_its_figures_are(built_page):
     assert "No setup fits without a checkpoint" in opening
     answers = tables_with(html, "setup", "fit", "picked")
     assert len(answers) == 1
-    assert [row["setup"] for row in answers[0]] == SETUPS
-    assert answers[0][1]["picked"] == "none"
-    header = next(h for h in answers[0][0] if h.startswith("largest batch ("))
-    assert header == "largest batch (full / minimal / save_qkv_proj)"
+    assert [row["setup"] for row in answers[0]] == SHORT
+    assert answers[0][1]["picked"] == "none" and answers[0][1]["largest batch"] == "0 / 0 / 0"
+    assert "under full / minimal / save_qkv_proj" in opening
     for row in answers[0]:
-        assert len(row[header].split(" / ")) == 3
+        batches = [int(b) for b in row["largest batch"].split(" / ")]
+        assert len(batches) == 3
+        assert (row["picked"] == "none") == (batches == [0, 0, 0])
 
 
 def test_each_setup_has_its_table_with_every_policy(built_page):
@@ -43,16 +45,14 @@ def test_each_setup_has_its_table_with_every_policy(built_page):
     for setup, rows in zip(SETUPS, tables):
         assert [row["policy"] for row in rows] == ["no checkpoint", "full", "minimal", "dots_saveable",
                                                    "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded"]
-        assert rows[0]["fits"].startswith("no"), setup
+        assert rows[0]["fits"] in ("no", "refused"), setup
         has_time = any(header.startswith("est. step") for header in rows[0])
         assert has_time == ("H100" in setup), setup
-        searched = {row["policy"]: row["largest batch"] for row in rows if row["largest batch"]}
-        assert set(searched) == {"full", "minimal", "save_qkv_proj"}, setup
-        for row in rows:  # a policy that fits at one sequence per group fits a batch of at least that
-            if row["policy"] in searched:
-                assert (int(searched[row["policy"]]) > 0) == (row["fits"] == "yes"), (setup, row)
+        host = next(header for header in rows[0] if header.startswith("host ("))
+        assert float(rows[-1][host]) > 0 and float(rows[1][host]) == 0, setup  # only the offloading one
+        assert len(rows[0]) <= 6  # narrow enough for a phone
     one_chip = tables[1]  # XLA's TPU compiler refuses every program: none fits
-    assert {row["fits"] for row in one_chip} == {"no (refused)"}
+    assert {row["fits"] for row in one_chip} == {"refused"}
 
 
 def test_the_memory_breakdown_and_the_plot_are_there(built_page):

@@ -66,6 +66,12 @@ class Setup:
         return label.replace("on 1 H100s", "on one H100").replace("on 1 TPU v5e chips", "on one TPU v5e chip")
 
     @property
+    def short(self) -> str:
+        """The label in a few characters, for narrow tables: ``"8B, 8 H100"``."""
+        kind = {"h100": "H100", "tpu-v5e": "v5e", "tpu-v5p": "v5p"}[self.target]
+        return f"{self.model.upper()}, {self.devices} {kind}"
+
+    @property
     def mesh(self) -> Any:
         if self.devices == 1:
             return None
@@ -125,16 +131,16 @@ def batches(key: str) -> dict[str, BatchFit]:
 
 
 def summary(key: str) -> pd.DataFrame:
-    """One setup's table: per policy, memory per device, whether it fits, host bytes, time, FLOPs, largest batch."""
+    """One setup's figures: per policy, memory per device, whether it fits, time, host bytes, FLOPs, largest batch."""
     setup = _setup(key)
     found = batches(key)
     frame = pd.DataFrame({
         "policy": [row.name for row in rows(key)],
         "memory": [row.device_bytes for row in rows(key)],
-        "fits": ["no (refused)" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
+        "fits": ["refused" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
                  for row in rows(key)],
-        "host": [row.host_bytes for row in rows(key)],
         "est. step": [row.step_seconds for row in rows(key)],
+        "host": [row.host_bytes for row in rows(key)],
         "FLOPs": [row.flops for row in rows(key)],
         "largest batch": [found[row.name].batch if row.name in found else None for row in rows(key)],
     })
@@ -147,11 +153,11 @@ def answers() -> pd.DataFrame:
     for setup in SETUPS:
         frame, picked, found = summary(setup.key), recommended(setup.key), batches(setup.key)
         lines.append({
-            "setup": setup.label,
+            "setup": setup.short,
             "fit": f"{(frame['fits'] == 'yes').sum()} of {len(frame)}",
             "picked": "none" if picked is None else picked.name,
             "est. step": None if picked is None else picked.step_seconds,
-            "largest batch (" + " / ".join(SEARCHED) + ")": " / ".join(str(found[n].batch) for n in SEARCHED),
+            "largest batch": " / ".join(str(found[n].batch) for n in SEARCHED),
         })
     return pd.DataFrame(lines)
 
