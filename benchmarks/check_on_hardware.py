@@ -97,6 +97,24 @@ def matching_target(targets, device_kind: str) -> str | None:
     return None
 
 
+def run_and_read(run, compiled, device, record: dict, mode: str, timed: int) -> None:
+    """After a first run: in the ``time`` mode 2 warm-up runs and ``timed`` timed ones; then the peak and memory."""
+    if mode == "time":
+        for _ in range(2):
+            run()
+        steps = []
+        for _ in range(timed):
+            start = time.perf_counter()
+            run()
+            steps.append(time.perf_counter() - start)
+        steps.sort()
+        record["step_ms"] = [round(s * 1e3, 3) for s in steps]
+        record["step_ms_median"] = round(steps[len(steps) // 2] * 1e3, 3)
+    record["peak_after_run"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    memory = compiled.memory_analysis()
+    record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
+
+
 def step_program(models, size: str, name: str):
     """A Llama training step of :data:`STEPS` under a policy: the jitted step and real arguments on the GPU."""
     import jax
@@ -139,20 +157,7 @@ def child(size: str, name: str, mode: str) -> dict:
     compiled = gradient.lower(params, x).compile()
     record["peak_after_compile"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
     jax.block_until_ready(compiled(params, x))
-    if mode == "time":
-        for _ in range(2):
-            jax.block_until_ready(compiled(params, x))
-        steps = []
-        for _ in range(8):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(params, x))
-            steps.append(time.perf_counter() - start)
-        steps.sort()
-        record["step_ms"] = [round(s * 1e3, 3) for s in steps]
-        record["step_ms_median"] = round(steps[len(steps) // 2] * 1e3, 3)
-    record["peak_after_run"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
-    memory = compiled.memory_analysis()
-    record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
+    run_and_read(lambda: jax.block_until_ready(compiled(params, x)), compiled, device, record, mode, timed=8)
     chosen = matching_target(targets, device.device_kind)
     if chosen is not None:  # from the program compiled without autotuning, as the package compiles
         planned = (compiled if mode == "run_noat" else
@@ -182,20 +187,7 @@ def step_child(models, targets, size: str, name: str, mode: str) -> dict:
         return jax.block_until_ready(loss)
 
     record["loss"] = float(run())
-    if mode == "time":
-        for _ in range(2):
-            run()
-        steps = []
-        for _ in range(6):
-            start = time.perf_counter()
-            run()
-            steps.append(time.perf_counter() - start)
-        steps.sort()
-        record["step_ms"] = [round(s * 1e3, 3) for s in steps]
-        record["step_ms_median"] = round(steps[len(steps) // 2] * 1e3, 3)
-    record["peak_after_run"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
-    memory = compiled.memory_analysis()
-    record.update({field: getattr(memory, field, None) for field in MEMORY_FIELDS})
+    run_and_read(run, compiled, device, record, mode, timed=6)
     chosen = matching_target(targets, device.device_kind)
     if chosen is not None:
         record["predicted_target"] = chosen
