@@ -49,7 +49,8 @@ def test_each_setup_has_its_table_with_every_policy(built_page):
         has_time = any(header.startswith("est. step") for header in rows[0])
         assert has_time == ("H100" in setup), setup
         host = next(header for header in rows[0] if header.startswith("host ("))
-        assert float(rows[-1][host]) > 0 and float(rows[1][host]) == 0, setup  # only the offloading one
+        if rows[-1]["fits"] != "refused":  # a refused program has no figures but its size
+            assert float(rows[-1][host]) > 0 and float(rows[1][host]) == 0, setup  # only the offloading one
         assert len(rows[0]) <= 6  # narrow enough for a phone
     one_chip = tables[1]  # XLA's TPU compiler refuses every program: none fits
     assert {row["fits"] for row in one_chip} == {"refused"}
