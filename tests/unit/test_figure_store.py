@@ -246,3 +246,16 @@ def test_without_a_store_the_cache_keeps_each_setting_apart(tmp_path, monkeypatc
         target_figures(lowered, "h100", "cuda", {"xla_gpu_autotune_level": 0})
         target_figures(lowered, "h100", "cuda", log=True)
     assert len(compiles) == 1  # the new options compile; the log's entry is read back
+
+
+def test_the_sample_is_drawn_from_what_pages_read_not_tests_or_doctests(site_store, monkeypatch):
+    compile_ahead(lowered_for("h100"), "h100")  # read by the page 'probe'
+    for reader, scale in (("tests/unit/test_probe.py", 3.0), ("src/remat_guide/probe.py", 4.0)):
+        monkeypatch.setenv(store.PAGE_VARIABLE, reader)
+        compile_ahead(lowered_for("h100", scale), "h100")
+    make_figures(site_store)
+    assert len(store.load(site_store / "store")) == 3
+    sample = site_store / "sample.txt"
+    assert figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 1, sample,
+                                    per_compiler=3) == 0
+    assert sample.read_text().split() == sorted(store.Log(site_store / "log").reads()["probe"])

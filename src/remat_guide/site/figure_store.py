@@ -30,9 +30,13 @@ def _describe(key: str, entry: dict[str, Any]) -> str:
     return f"{key[:16]} ({entry['program']} for {entry['target']}, {entry['compiler']})"
 
 
+def _is_page(who: str) -> bool:
+    """Whether a reader in the log is a page; a test file or a module's doctests is named by its ``.py`` file."""
+    return not who.endswith(".py")
+
+
 def _read_keys(log: store.Log, pages_only: bool = False) -> set[str]:
-    return {key for who, keys in log.reads().items() if not (pages_only and who.startswith("tests"))
-            for key in keys}
+    return {key for who, keys in log.reads().items() if not pages_only or _is_page(who) for key in keys}
 
 
 def update(store_dir: pathlib.Path, log: store.Log) -> int:
@@ -44,7 +48,7 @@ def update(store_dir: pathlib.Path, log: store.Log) -> int:
         print(f"figure store: {log.folder} records no build; run `make test` first", file=sys.stderr)
         return 1
     readers = log.reads()
-    whole = any(who.startswith("tests") for who in readers) and any(not who.startswith("tests") for who in readers)
+    whole = any(not _is_page(who) for who in readers) and any(_is_page(who) for who in readers)
     kept = {key: entry for key, entry in entries.items() if key in read or not whole}
     dropped = len(entries) - len(kept)
     kept.update(missed)

@@ -154,7 +154,7 @@ def answers() -> pd.DataFrame:
         frame, picked, found = summary(setup.key), recommended(setup.key), batches(setup.key)
         lines.append({
             "setup": setup.short,
-            "fit": f"{(frame['fits'] == 'yes').sum()} of {len(frame)}",
+            "fit": f"{(frame['fits'] == 'yes').sum()}/{len(frame)}",
             "picked": "none" if picked is None else picked.name,
             "est. step": None if picked is None else picked.step_seconds,
             "largest batch": " / ".join(str(found[n].batch) for n in SEARCHED),
