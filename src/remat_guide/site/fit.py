@@ -20,7 +20,7 @@ from remat_guide.targets import target
 
 __all__ = ["DEVICES_NEEDED", "MEASURED", "MEASURED_POLICIES", "PLANNED", "POLICIES", "SEARCHED", "SEQ",
            "SETUPS", "Setup", "answers", "batches", "breakdown", "budget", "h200_check", "h200_none_bytes",
-           "plan", "recommended", "rows", "summary"]
+           "h200_software", "plan", "recommended", "rows", "summary"]
 
 SEQ = 4096
 """Tokens per sequence in every setup."""
@@ -255,6 +255,14 @@ def _h200_rows() -> Comparison:
     config = LLAMA3["1b"]
     return compare_policies(functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ), step=True,
                             target="h200", policies={name: POLICIES[name] for name in MEASURED_POLICIES})
+
+
+def h200_software() -> str:
+    """The JAX that ran the H200's measurements, as its files record it (``jax 0.11.2, ...``)."""
+    found = {json.loads(path.read_text(encoding="utf-8"))["software"] for path in MEASURED.values()}
+    if len(found) != 1:
+        raise ValueError(f"the H200's measurements ran on different software: {sorted(found)}")
+    return found.pop().split(",")[0].replace("jax", "JAX")
 
 
 def h200_none_bytes() -> int:
