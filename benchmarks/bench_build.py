@@ -123,6 +123,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "_build" / "bench")
     args = parser.parse_args()
+    # Absolute: the pages run as scripts from docs/, where a relative store or cache path
+    # (`make bench-build` passes --out _build/bench) would name no store, and every
+    # program would compile again.
+    args.out = args.out.resolve()
     work = args.out / "build-tree"
     shutil.rmtree(work, ignore_errors=True)
     _copy_tree(work)
