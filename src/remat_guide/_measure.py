@@ -131,23 +131,9 @@ def _donated(value: Any, nargs: int) -> tuple[int, ...]:
     """``donate_argnums`` of a step: ``None`` for its first two arguments, else ints as ``jax.jit`` takes them."""
     if value is None:
         return tuple(range(min(2, nargs)))
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-        items = [value]
-    elif isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping)):
-        items = list(value)
-    else:
-        raise TypeError(f"donate_argnums must be None, an int or a sequence of ints, got {type(value).__name__}")
-    donated = set()
-    for item in items:
-        if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Integral):
-            raise TypeError(f"donate_argnums must hold ints, got {type(item).__name__}")
-        if not -nargs <= item < nargs:
-            raise ValueError(f"donate_argnums {int(item)} is out of range: the step gets {nargs} positional "
-                             f"argument{'' if nargs == 1 else 's'}")
-        if int(item) % nargs in donated:
-            raise ValueError(f"donate_argnums names an argument twice: {tuple(int(i) for i in items)}")
-        donated.add(int(item) % nargs)
-    return tuple(sorted(donated))
+    donated = validation.argnums(value, nargs, "the step", name="donate_argnums",
+                                 forms="None, an int or a sequence of ints", empty=True)
+    return (donated,) if isinstance(donated, int) else tuple(sorted(donated))
 
 
 def check_inputs(args: tuple, argnums: Any, kwargs: Any = None, has_aux: Any = False,
@@ -391,16 +377,11 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
-    try:
-        compiled = cache.target_figures(program.on_target.lower(), chosen.name, chosen.platform,
-                                        cache.unrun_options(chosen.platform))
-    except jax.errors.JaxRuntimeError as error:
-        needed = refused_bytes(str(error))
-        if needed is None:
-            raise
+    compiled, refusal = _on_target(program.on_target, chosen)
+    if refusal is not None:
         nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)
-        return {**_TARGET_FLOPS[text], **nothing, "peak_bytes": needed, "step_seconds": None,
-                "refused": str(error).splitlines()[0]}
+        return {**_TARGET_FLOPS[text], **nothing, "peak_bytes": refused_bytes(refusal), "step_seconds": None,
+                "refused": refusal.splitlines()[0]}
     seconds = None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
     return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])), "step_seconds": seconds}
 
@@ -433,23 +414,27 @@ def refused_bytes(message: str) -> int | None:
     return None
 
 
+def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str | None]:
+    """A program's figures on its target, or ``None`` and XLA's message when its TPU compiler refused it for memory."""
+    try:
+        return cache.target_figures(traced.lower(), chosen.name, chosen.platform,
+                                    cache.unrun_options(chosen.platform)), None
+    except jax.errors.JaxRuntimeError as error:
+        if refused_bytes(str(error)) is None:
+            raise
+        return None, str(error)
+
+
 def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> int:
     """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), its target program only.
 
     A program XLA's TPU compiler refuses needs what its error message says.
     """
-    loss, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
-    del loss
-    chosen = inputs.target
-    try:
-        compiled = cache.target_figures(on_target.lower(), chosen.name, chosen.platform,
-                                        cache.unrun_options(chosen.platform))
-    except jax.errors.JaxRuntimeError as error:
-        needed = refused_bytes(str(error))
-        if needed is None:
-            raise
-        return needed
-    return device_bytes(types.SimpleNamespace(**compiled["memory"]), chosen)
+    _, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
+    compiled, refusal = _on_target(on_target, inputs.target)
+    if refusal is not None:
+        return refused_bytes(refusal)
+    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target)
 
 
 def _measurement(figures: dict[str, Any], residual_bytes: int | None) -> Measurement:

@@ -203,32 +203,35 @@ def floating_scalar(out_shape: Any, name: str) -> None:
                         f"dtype {out_shape.dtype}")
 
 
-def argnums(value: Any, nargs: int, function: str = "the loss") -> int | tuple[int, ...]:
+def argnums(value: Any, nargs: int, function: str = "the loss", *, name: str = "argnums",
+            forms: str = "an int or a sequence of ints", empty: bool = False) -> int | tuple[int, ...]:
     """``argnums`` as ``jax.grad`` takes it, checked against the number of positional arguments of ``function``.
 
     Returns an int for an int and a tuple for any iterable of ints, negative indices
-    counted from the end.
+    counted from the end. ``name`` is the argument's name in the messages (such as
+    ``donate_argnums``), ``forms`` what it may be, and ``empty`` whether an empty
+    sequence is allowed.
     """
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         items, single = [value], True
     elif isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping)):
         items, single = list(value), False
-        if not items:
-            raise ValueError("argnums must name at least one argument, got an empty sequence")
+        if not items and not empty:
+            raise ValueError(f"{name} must name at least one argument, got an empty sequence")
     else:
-        raise TypeError(f"argnums must be an int or a sequence of ints, got {_type(value)}")
+        raise TypeError(f"{name} must be {forms}, got {_type(value)}")
     result = []
     for item in items:
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Integral):
-            raise TypeError(f"argnums must hold ints, got {_type(item)}")
+            raise TypeError(f"{name} must hold ints, got {_type(item)}")
         if not -nargs <= item < nargs:
             raise ValueError(
-                f"argnums {int(item)} is out of range: {function} gets {nargs} positional "
+                f"{name} {int(item)} is out of range: {function} gets {nargs} positional "
                 f"argument{'' if nargs == 1 else 's'}"
             )
         result.append(int(item) % nargs)
     if len(set(result)) != len(result):
-        raise ValueError(f"argnums names an argument twice: {tuple(int(i) for i in items)}")
+        raise ValueError(f"{name} names an argument twice: {tuple(int(i) for i in items)}")
     return result[0] if single else tuple(result)
 
 

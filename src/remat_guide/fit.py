@@ -293,8 +293,7 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
     else:
         high = low + multiple
     while high is None or high - low > multiple:
-        known = sorted(needs)
-        nearest = sorted(known, key=lambda b: abs(needs[b] - budget_bytes))[:2]
+        nearest = sorted(needs, key=lambda b: abs(needs[b] - budget_bytes))[:2]
         (b1, m1), (b2, m2) = sorted((b, needs[b]) for b in nearest)
         slope = (m2 - m1) / (b2 - b1) if m2 != m1 else 0.0
         guess = low + multiple if slope <= 0 else b1 + int((budget_bytes - m1) / slope)

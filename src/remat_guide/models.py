@@ -513,9 +513,7 @@ class DecoderConfig:
             >>> [f"{LLAMA3[size].parameters / 1e9:.2f}B" for size in ("1b", "8b", "70b")]
             ['1.24B', '8.03B', '70.55B']
         """
-        return sum(math.prod(shape) for shape, _ in jax.tree.leaves(
-            _decoder_layout(self), is_leaf=lambda leaf: isinstance(leaf, tuple) and len(leaf) == 2
-            and isinstance(leaf[1], jax.sharding.PartitionSpec)))
+        return sum(math.prod(shape) for shape, _ in jax.tree.leaves(_decoder_layout(self), is_leaf=_is_entry))
 
     def smaller(self, **sizes: Any) -> DecoderConfig:
         """The same architecture with some sizes changed, such as a test's few layers.
@@ -578,6 +576,11 @@ dimensions, the ``save_*`` presets keep the named projections, the ``*_offloaded
 move theirs to pinned host memory. Newer MaxText versions define ``minimal`` by names
 instead; the policy here is the one that source gives.
 """
+
+
+def _is_entry(leaf: Any) -> bool:
+    """Whether ``leaf`` is one ``(shape, PartitionSpec)`` entry of :func:`_decoder_layout`."""
+    return isinstance(leaf, tuple) and len(leaf) == 2 and isinstance(leaf[1], jax.sharding.PartitionSpec)
 
 
 def _decoder_layout(config: DecoderConfig) -> dict[str, Any]:
@@ -841,7 +844,6 @@ def decoder_args(config: DecoderConfig, batch: int, seq: int, *, mesh: Any = Non
     _fits(sizes, logits=(batch, seq, config.vocab))
     layout = _decoder_layout(config)
     P = jax.sharding.PartitionSpec
-    is_entry = lambda leaf: isinstance(leaf, tuple) and len(leaf) == 2 and isinstance(leaf[1], P)  # noqa: E731
 
     def sharding(spec: Any, shape: tuple[int, ...], what: str) -> Any:
         if mesh is None:
@@ -855,7 +857,7 @@ def decoder_args(config: DecoderConfig, batch: int, seq: int, *, mesh: Any = Non
 
     specs = jax.tree_util.tree_map_with_path(
         lambda path, entry: jax.ShapeDtypeStruct(entry[0], dtype, sharding=sharding(
-            entry[1], entry[0], f"params{jax.tree_util.keystr(path)}")), layout, is_leaf=is_entry)
+            entry[1], entry[0], f"params{jax.tree_util.keystr(path)}")), layout, is_leaf=_is_entry)
     f32 = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.float32, sharding=s.sharding), specs)
     state = jax.eval_shape(optimizer.init, f32)
     if mesh is not None:

@@ -196,13 +196,14 @@ def breakdown(key: str, name: str) -> pd.DataFrame:
     row = next(row for row in rows(key) if row.name == name)
     params, opt_state, batch = setup.args(setup.multiple)
     tokens = setup.multiple // setup.fsdp * SEQ  # per device: one sequence per FSDP group
-    loss = decoder_loss(setup.config, row.policy, setup.mesh)
-    frame = step_memory(row, loss, params, opt_state, batch).to_pandas()
+    logits = "logits (float32)"
+    frame = step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh), params, opt_state, batch,
+                        also={logits: tokens * setup.config.vocab * 4 // setup.tensor}).to_pandas()
     frame["part"] = [_named(part) for part in frame["part"]]
-    if "residual logits" not in set(frame["part"]):  # else the policy keeps them: listed already
-        logits = tokens * setup.config.vocab * 4 // setup.tensor
-        frame = step_memory(row, loss, params, opt_state, batch, also={"logits (float32)": logits}).to_pandas()
-        frame["part"] = [_named(part) for part in frame["part"]]
+    if "residual logits" in set(frame["part"]):  # the policy keeps them: listed already, not part of the rest
+        rest = frame["part"].str.startswith("rest of temp")
+        frame.loc[rest, "bytes"] += frame.loc[frame["part"] == logits, "bytes"].sum()
+        frame = frame[frame["part"] != logits].reset_index(drop=True)
     return frame
 
 
