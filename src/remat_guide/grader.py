@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -121,7 +121,7 @@ def _close(a: Any, b: np.ndarray) -> bool:
         np.allclose(a, b, rtol=_RTOL, atol=_RTOL * float(np.abs(b).max(initial=0.0))))
 
 
-def _check_value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> None:
+def _value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
     out = _call("fn", lambda: fn(w1, w2, x), w1, x)
     if not isinstance(out, jax.Array):
         raise SolutionError(f"fn returned a {type(out).__name__}; expected a scalar JAX array")
@@ -129,13 +129,34 @@ def _check_value(fn: Callable, w1: jax.Array, w2: jax.Array, x: jax.Array) -> No
         raise SolutionError(
             f"fn returned an array of shape {out.shape}; expected a scalar (the sum of all entries)"
         )
-    inputs = _float64(w1, w2, x)
-    expected = _reference(*inputs)
-    if _close(out, expected):
+    return out
+
+
+def _matching_slips(outs: Sequence[jax.Array], draws: Sequence[tuple[np.ndarray, ...]]) -> list[str]:
+    """The diagnoses of the slips whose value matches the solution's on every draw."""
+    return [diagnosis for diagnosis, slip in _SLIPS
+            if all(_close(out, slip(*inputs)) for out, inputs in zip(outs, draws))]
+
+
+def _check_values(fn: Callable, draws: Sequence[tuple[jax.Array, jax.Array, jax.Array]]) -> None:
+    """Checks fn's value on every draw; a wrong one is diagnosed from all of them.
+
+    On one draw two slips can give the same number (when the relu zeroes most of ``x @ w1``,
+    say); a slip is named only when it matches on every draw, and when more than one does,
+    each is named.
+    """
+    outs = [_value(fn, *draw) for draw in draws]
+    inputs = [_float64(*draw) for draw in draws]
+    wrong = [(out, draw, _reference(*i)) for out, draw, i in zip(outs, draws, inputs)
+             if not _close(out, _reference(*i))]
+    if not wrong:
         return
-    for diagnosis, slip in _SLIPS:
-        if _close(out, slip(*inputs)):
-            raise SolutionError(f"wrong value: {diagnosis}")
+    slips = _matching_slips(outs, inputs)
+    if len(slips) == 1:
+        raise SolutionError(f"wrong value: {slips[0]}")
+    if slips:
+        raise SolutionError("wrong value: it matches each of these slips: " + "; or ".join(slips))
+    out, (w1, _, x), expected = wrong[0]
     raise SolutionError(
         f"wrong value: fn returned {float(out):.6g}, expected {float(expected):.6g} "
         f"for {_shapes_text(w1, x)}"
@@ -306,7 +327,10 @@ def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array], *
     ``N != d`` (at least one with ``N > d`` and one with ``N < d``), filled with random
     normal values. On each, the value and the gradient are compared with a reference,
     and what the backward pass keeps is checked too, because every policy gives the
-    same numbers. The structure is read from ``fn`` as ``jax.jit`` traces it (calls to
+    same numbers. A wrong value is diagnosed as a common slip (a transposed weight, a
+    missing relu...) only when that slip gives the solution's value on all three draws;
+    when several slips do, the message names each. The structure is read from ``fn`` as
+    ``jax.jit`` traces it (calls to
     ``jax.jit``, outside the checkpoint or inside it, are looked through), never under
     ``jax.disable_jit``: a solution that checkpoints only when jit is disabled fails.
 
@@ -355,9 +379,9 @@ def check_solution(fn: Callable[[jax.Array, jax.Array, jax.Array], jax.Array], *
     else:
         seed = secrets.randbits(64)
     values = np.random.default_rng(seed)
-    for n, d in _draw_shapes(random.Random(seed)):
-        w1, w2, x = _inputs(values, n, d)
-        _check_value(fn, w1, w2, x)
+    draws = [_inputs(values, n, d) for n, d in _draw_shapes(random.Random(seed))]
+    _check_values(fn, draws)
+    for w1, w2, x in draws:
         _check_gradient(fn, w1, w2, x)
         # The structure is read from fn as jit traces it, with its jit calls inlined.
         inlined = _inlined(fn, w1, w2, x)

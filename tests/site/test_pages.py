@@ -1,5 +1,7 @@
 """The built site: every page shows the JAX version that ran it; the exercise shows its output."""
 
+import re
+
 import jax
 
 from helpers import NOTEBOOK_PAGES, ROOT, page_text
@@ -35,3 +37,32 @@ def test_every_page_offers_its_source_for_download(site_dir):
         link = f'href="{"../" * (len(name.parts) - 1)}_sources/{name.with_suffix(".md").as_posix()}"'
         assert "btn-download-source-button" in html and link in html, name
         assert (site_dir / "_sources" / name.with_suffix(".md")).is_file()
+
+
+# Markup that MyST renders when it is written right: seen in a page's text, it was not
+# (a role inside backticks, a backtick pair left over). Code blocks and outputs (<pre>) are
+# skipped: they may print such text on purpose.
+UNRENDERED = re.compile(r"\{(?:glue(?::\w+)?|ref|doc|numref|func|class|meth|mod|attr|term|download|eq)\}|``"
+                        r"|^```|^:::|\{code-cell\}", re.MULTILINE)
+
+
+def unrendered_markup(page_html: str) -> list[str]:
+    """Each piece of MyST markup left in a page's prose, with the words around it."""
+    prose = re.sub(r"<(pre|script|style)\b.*?</\1>", "", page_html, flags=re.DOTALL)
+    text = page_text(prose)
+    return [text[max(0, m.start() - 40):m.end() + 20] for m in UNRENDERED.finditer(text)]
+
+
+def test_unrendered_markup_is_found():
+    broken = ('<p>its first equation is <code class="docutils literal"><span class="pre">{glue:md}'
+              "</span></code>cr_opt_forward``, the primal</p>")
+    assert len(unrendered_markup(broken)) == 2
+    assert unrendered_markup("<p>see <a href='x'>the page</a></p><pre>``code``</pre>") == []
+
+
+def test_no_page_shows_unrendered_markup(site_dir):
+    for page in sorted(site_dir.rglob("*.html")):
+        if page.relative_to(site_dir).parts[0] in ("_static", "_sources"):
+            continue
+        found = unrendered_markup(page.read_text(encoding="utf-8"))
+        assert not found, f"{page.relative_to(site_dir)}: {found}"

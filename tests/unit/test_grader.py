@@ -1,6 +1,7 @@
 """The grader accepts every correct formulation and rejects each mistake with its own message."""
 
 import functools
+import random
 
 import jax
 import jax.ad_checkpoint
@@ -187,6 +188,37 @@ def test_wrong_math_messages_are_distinct():
     assert len(messages) == len(WRONG_MATH)
 
 
+# Seeds whose first draw gives two or more slips the same value (found by search; about 1
+# draw in 3000 per slip): the diagnosis must come from all three draws, not the first.
+COLLIDING = [(777, "w2 is transposed", "w1 is transposed"),
+             (777, "w1 is transposed", "w2 is transposed"),
+             (2251, "w2 is transposed", "w1 is transposed"),
+             (3231, "swapped", "w2 is transposed"),
+             (3506, "w2 is transposed", "relu is missing"),
+             (377, "mean instead of the sum", "square is missing")]
+
+
+@pytest.mark.parametrize("seed, slip, other", COLLIDING)
+def test_a_slip_is_named_only_when_it_matches_every_draw(seed, slip, other):
+    values = np.random.default_rng(seed)
+    first = grader._inputs(values, *grader._draw_shapes(random.Random(seed))[0])
+    on_first = grader._matching_slips([WRONG_MATH[slip](*first)], [grader._float64(*first)])
+    assert len(on_first) >= 2 and any(other in d for d in on_first), on_first  # the seed still collides
+    fn = jax.checkpoint(WRONG_MATH[slip], policy=P.dots_with_no_batch_dims_saveable)
+    with pytest.raises(SolutionError) as info:
+        check_solution(fn, seed=seed)
+    assert slip in str(info.value) and other not in str(info.value), str(info.value)
+
+
+def test_every_matching_slip_is_named():
+    # On all-ones 2 x 2 inputs the sum of (x @ w1 @ w2) is 16, and so is the mean of its
+    # squares: the two slips cannot be told apart, so both are named.
+    ones = (jnp.ones((2, 2)),) * 3
+    with pytest.raises(SolutionError, match="matches each of these slips") as info:
+        grader._check_values(WRONG_MATH["square is missing"], [ones])
+    assert "square is missing" in str(info.value) and "mean instead of the sum" in str(info.value)
+
+
 def _recording(fn, calls):
     """``fn``, recording the inputs of each call that runs it on arrays (not while tracing)."""
     def recorded(w1, w2, x):
@@ -345,7 +377,7 @@ def test_rejects_a_solution_right_only_for_the_shapes_of_an_earlier_grading():
 
 
 def _fails_at_once(calls):
-    # Records the first inputs of a grading, then fails its value check at once (cheap).
+    # Records the inputs of a grading's value checks, then fails them (cheap).
     return _recording(lambda w1, w2, x: jnp.zeros(()), calls)
 
 
@@ -365,7 +397,9 @@ def test_each_call_draws_new_values(monkeypatch):
     for _ in range(2):
         with pytest.raises(SolutionError):
             check_solution(_fails_at_once(calls))
-    (w1_a, w2_a, x_a), (w1_b, w2_b, x_b) = calls
+    # The value is checked on all three draws before a wrong one fails the grading.
+    assert len(calls) == 2 * 3
+    (w1_a, w2_a, x_a), (w1_b, w2_b, x_b) = calls[0], calls[3]
     assert x_a.shape == x_b.shape == (5, 3)
     assert not np.array_equal(x_a, x_b) and not np.array_equal(w1_a, w1_b)
 
@@ -385,8 +419,6 @@ def test_one_grading_tries_distinct_shapes_with_n_different_from_d():
 
 
 def test_draws_are_always_valid():
-    import random
-
     for seed in range(500):
         shapes = grader._draw_shapes(random.Random(seed))
         assert len(set(shapes)) == len(shapes) == grader._NUM_SHAPES
