@@ -12,3 +12,21 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
 });
+
+// Both themes bind their sidebar toggles to the first .primary-toggle and .secondary-toggle
+// of the page (document.querySelector), which is the header's, hidden by sphinx-book-theme's
+// layout; the buttons a reader sees, in the article's header, were bound to nothing. A click
+// on any other toggle is passed to the first one, which opens the drawer on a phone and
+// hides or shows the sidebar on a desktop.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const selector of [".primary-toggle", ".secondary-toggle"]) {
+    const [bound, ...others] = document.querySelectorAll(selector);
+    for (const button of others) {
+      button.addEventListener("click", (event) => {
+        event.preventDefault();
+        event.stopPropagation();
+        bound.click();
+      });
+    }
+  }
+});

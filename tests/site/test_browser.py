@@ -216,6 +216,38 @@ def _screenshot(page, stem: pathlib.Path) -> None:
         assert path.stat().st_size > 0, path
 
 
+# What a reader's tap on the visible sidebar buttons does, per width: on a phone each opens
+# its drawer (a modal dialog holding the sidebar's links); on a desktop the menu button hides
+# the site navigation and shows it again.
+_DRAWER = """modal => { const d = document.querySelector(modal);
+  const link = d && d.open && d.querySelector('a');
+  return Boolean(link && link.getBoundingClientRect().width > 0); }"""
+_HIDDEN = "() => document.querySelector('#pst-primary-sidebar').classList.contains('pst-sidebar-hidden')"
+
+
+def _open_navigation(page, width: int, stem: pathlib.Path) -> dict[str, bool]:
+    """Taps the page's visible navigation buttons as a reader would; saves the open drawer."""
+    found = {}
+    if width == PHONE:
+        for kind in ("primary", "secondary"):
+            toggle = page.locator(f".bd-header-article .{kind}-toggle")
+            if not toggle.count():  # a page without sections has no contents button
+                continue
+            toggle.click()
+            found[kind] = page.evaluate(_DRAWER, f"#pst-{kind}-sidebar-modal")
+            if kind == "primary":
+                page.screenshot(path=str(stem) + ".jpg", type="jpeg", quality=85)
+            page.keyboard.press("Escape")
+            found[kind + " closed"] = not page.evaluate(f"document.querySelector('#pst-{kind}-sidebar-modal').open")
+    else:
+        toggle = page.locator(".bd-header-article .primary-toggle")
+        toggle.click()
+        found["hidden"] = page.evaluate(_HIDDEN)
+        toggle.click()
+        found["shown again"] = not page.evaluate(_HIDDEN)
+    return found
+
+
 @pytest.fixture(scope="module")
 def tour(browser, base_url, site_dir):
     """Every content page in the four views (two widths, two themes), each visited once.
@@ -252,6 +284,9 @@ def tour(browser, base_url, site_dir):
                                      .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
                 }
                 _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}")
+                if theme == "light":
+                    seen[name, width, theme]["navigation"] = _open_navigation(
+                        page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav")
                 if width == DESKTOP:  # the folded code too, opened as a reader would
                     page.evaluate("document.querySelectorAll('article details')"
                                   ".forEach(d => { d.open = true; })")
@@ -267,6 +302,15 @@ def test_every_view_loads_cleanly_in_its_theme(tour, site_dir):
             assert found == [], (width, theme)
         else:
             assert found["theme"] == theme, (name, width)
+
+
+def test_the_navigation_buttons_open_and_close_the_sidebars(tour, site_dir):
+    for name in _content_pages(site_dir):
+        contents = {"secondary": True, "secondary closed": True}
+        assert tour[name, PHONE, "light"]["navigation"] == {
+            "primary": True, "primary closed": True,
+            **({} if name == "reference/api_index.html" else contents)}, name
+        assert tour[name, DESKTOP, "light"]["navigation"] == {"hidden": True, "shown again": True}, name
 
 
 def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(tour, site_dir):
@@ -394,6 +438,7 @@ def test_screenshots_of_every_page_at_both_widths_in_both_themes(tour, site_dir)
     expected = {f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}"
                 for name in _content_pages(site_dir) for width in (DESKTOP, PHONE)
                 for theme in ("light", "dark")}
+    expected |= {f"{name.removesuffix('.html').replace('/', '_')}-{PHONE}-nav" for name in _content_pages(site_dir)}
     # A page taller than a JPEG can be comes in parts: <stem>.jpg, <stem>-2.jpg, ...
     assert {re.sub(r"-\d+\.jpg$|\.jpg$", "", name) for name in shots} == expected
     assert all(shots.values()), [name for name, size in shots.items() if not size]
