@@ -13,7 +13,7 @@ def _page_text(site_dir, page):
 def test_choosing_page_shows_built_tables_plots_and_the_budget_error(site_dir):
     html, text = _page_text(site_dir, "choosing.html")
     comparisons = [rows for rows in html_tables(html) if rows[0][:3] == ["policy", "residuals (MiB)", "XLA temp (MiB)"]]
-    assert len(comparisons) == 4  # exercise, MLP twice, transformer (the large model's is in GiB)
+    assert len(comparisons) == 5  # exercise twice, MLP twice, transformer (the large one in GiB)
     assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 5  # four plots, the Pareto plot
     assert "ValueError: no policy fits budget_bytes=16777216: the smallest temporary memory is" in text
     assert "all names == dots_with_no_batch_dims_saveable: True" in text
