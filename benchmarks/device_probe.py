@@ -11,8 +11,9 @@ allocator peak is its own,
   compiling and after three steps, and ``compiled.memory_analysis()`` with the package's
   prediction, arguments + outputs + temp - alias (``predicted_device_bytes``);
 - the allocator's limits: ``memory_stats()`` after one tiny array in a process with JAX's
-  default settings (preallocation on), with ``XLA_PYTHON_CLIENT_PREALLOCATE=false``, and
-  with ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.5``.
+  default settings (preallocation on), with ``XLA_PYTHON_CLIENT_PREALLOCATE=false``, with
+  ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.5`` and with ``XLA_CLIENT_MEM_FRACTION=0.5`` (jaxlib
+  0.12 reads the second and calls the first deprecated).
 
 It needs only the standard library, JAX and optax (not this package). It runs on a CPU
 too, where ``memory_stats()`` is ``None`` and only the compiler's figures are recorded::
@@ -191,7 +192,8 @@ def main() -> int:
     size = "small" if options.small or not on_gpu else "gpu"
     print(f"device: {device.device_kind} ({device.platform}); sizes: {size} {SIZES[size]}", flush=True)
     base = {key: value for key, value in os.environ.items()
-            if key not in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")}
+            if key not in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                           "XLA_CLIENT_MEM_FRACTION")}
     no_prealloc = dict(base, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     rows = []
     for donate in ("none", "0,1"):
@@ -206,7 +208,8 @@ def main() -> int:
                      f"predicted {record['predicted_device_bytes']} peak {record['peak_after_steps']}"), flush=True)
     limits = {}
     for name, environment in (("default", base), ("preallocate_false", no_prealloc),
-                              ("mem_fraction_0.5", dict(base, XLA_PYTHON_CLIENT_MEM_FRACTION="0.5"))):
+                              ("python_client_mem_fraction_0.5", dict(base, XLA_PYTHON_CLIENT_MEM_FRACTION="0.5")),
+                              ("client_mem_fraction_0.5", dict(base, XLA_CLIENT_MEM_FRACTION="0.5"))):
         limits[name] = run_child(["--child", "limit"], environment)
         print(f"limits, {name}: {limits[name]}", flush=True)
     found = {
