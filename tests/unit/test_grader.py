@@ -399,7 +399,7 @@ def test_each_call_draws_new_values(monkeypatch):
             check_solution(_fails_at_once(calls))
     # The value is checked on all three draws before a wrong one fails the grading.
     assert len(calls) == 2 * 3
-    (w1_a, w2_a, x_a), (w1_b, w2_b, x_b) = calls[0], calls[3]
+    (w1_a, _, x_a), (w1_b, _, x_b) = calls[0], calls[3]
     assert x_a.shape == x_b.shape == (5, 3)
     assert not np.array_equal(x_a, x_b) and not np.array_equal(w1_a, w1_b)
 
