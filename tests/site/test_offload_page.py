@@ -42,7 +42,7 @@ def test_the_measured_pairs_show_offloading_slower_at_every_size(built_page):
     html = built_page("offload.html")
     text = page_text(html)
     assert "NVIDIA H200, jax 0.11.2" in text and "measured on 2026-11-27" in text
-    cost = table_with(html, "model", "kept")
+    cost = table_with(html, "model", "kept (ms)")
     assert [row["model"] for row in cost] == ["4 layers, f32", "8 layers, f32", "8 layers, bf16",
                                               "0.8 B, bf16", "Llama 1B step"]
     extra = next(header for header in cost[0] if header.startswith("extra step time"))

@@ -27,7 +27,7 @@ def test_the_page_answers_first(built_page):
     text = page_text(built_page("scans.html"))
     assert "{glue" not in text
     opening = text[:text.index("The program#")]
-    for answer in ("Stacked residuals:", "unroll=k", "Checkpoint the body, not the whole scan:",
+    for answer in ("Stacked residuals:", "unroll=k", "one around the whole scan did not:",
                    "Gradient accumulation", "The trap:", "CPU results"):
         assert answer in opening, answer
 

@@ -17,7 +17,7 @@ def test_the_counts_tables_show_the_recomputed_collectives(built_page):
     mlp = {row["policy"]: row for row in tables_with(html, "policy", "psum in the jaxpr")[0]}
     assert mlp["nothing_saveable"]["all-reduce compiled"] == "6"
     assert mlp["names: reduced"]["all-reduce compiled"] == "4"
-    pipeline = tables_with(html, "step", "policy", "collective-permute compiled")[0]
+    pipeline = tables_with(html, "step", "policy", "ppermute in the jaxpr", "collective-permute compiled")[0]
     recv = {row["policy"]: int(row["collective-permute compiled"]) for row in pipeline
             if row["step"] == "receive first"}
     send = {row["collective-permute compiled"] for row in pipeline if row["step"] == "send last"}

@@ -9,7 +9,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 import pandas as pd
 
 from remat_guide import compare_policies
@@ -34,6 +33,8 @@ def mlp_program(width: int, depth: int, batch: int, learning_rate: float = 1e-3)
     The same program as ``benchmarks/device_probe.py``'s ``mlp_step`` (``step_for(None)``),
     with abstract ``(params, opt_state, x, y)``.
     """
+    import optax  # the [train] extra, imported where used as in remat_guide.models
+
     params = [{"w": jax.ShapeDtypeStruct((width, width), jnp.float32),
                "b": jax.ShapeDtypeStruct((width,), jnp.float32)} for _ in range(depth)]
     optimizer = optax.adamw(learning_rate)
