@@ -70,7 +70,12 @@ html_theme_options = {
 }
 html_show_sourcelink = True
 html_static_path = ["docs/_static"]
-html_css_files = ["remat.css"]  # result tables, the forward/backward view, plots in dark mode
+html_css_files = [
+    "remat.css",  # result tables, the forward/backward view, plots in dark mode
+    "icons.css",  # the theme's few icons, drawn without Font Awesome's script or font
+]
+# docs/_templates/layout.html: the theme's page less Font Awesome's 1.5 MB script.
+templates_path = ["docs/_templates"]
 html_js_files = ["remat.js"]  # break points after underscores in the sidebars' code names
 html_favicon = "docs/_static/favicon.svg"  # without one, browsers log a 404 for /favicon.ico
 # Without an explicit default the theme logs a console error on a reader's first visit.
