@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import html
+import math
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 __all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "phone_columns", "unit_for", "word_breaks"]
@@ -217,15 +215,17 @@ def _text(value: Any, html_cell: bool) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text)) if html_cell else text
 
 
-_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])|(?<=[.:/])(?=[A-Za-z])|(?<=:)(?=\d)")
+_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])|(?<=[.:/])(?=[A-Za-z])|(?<=:)(?=\d)|(?<=,)(?=[\d,]*\])")
 
 
 def word_breaks(text: str) -> str:
-    """HTML text with a line-break opportunity after each ``_`` and inside camel case.
+    """HTML text with a line-break opportunity after each ``_``, inside camel case and more.
 
     A long name in a table cell then wraps between its words
-    (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``),
-    never between two letters of one, and the table fits a narrower column.
+    (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``), a
+    source location after its dot and colon (``model.<wbr>py:<wbr>12``), a shape after its
+    commas (``f32[1,<wbr>4096]``), never between two letters of one word, and the table
+    fits a narrower column.
 
     Args:
         text: HTML text (already escaped).
@@ -238,6 +238,8 @@ def word_breaks(text: str) -> str:
         'save_<wbr>only_<wbr>these_<wbr>names'
         >>> word_breaks("SaveOnlyTheseNames")
         'Save<wbr>Only<wbr>These<wbr>Names'
+        >>> word_breaks("f32[1,4096] at model.py:12, 3.5")
+        'f32[1,<wbr>4096] at model.<wbr>py:<wbr>12, 3.5'
     """
     return _WORD_BREAK.sub("<wbr>", text)
 
@@ -310,7 +312,7 @@ class Table:
             ≈1.000
             ≈1.000
              2.000
-        ≈ equal within 0.1%: temp (MiB) prints different values alike
+        ≈ temp (MiB): values that print alike are equal within 0.1%, not exactly
     """
 
     def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,
@@ -355,8 +357,8 @@ class Table:
             alike[header] = _alike(self.frame[column], formatter)
             if any(alike[header]):
                 colliding = [v for v, a in zip(self.frame[column], alike[header]) if a]
-                notes.append(f"≈ equal within {_tolerance(kind, colliding)}: {header} prints different "
-                             "values alike")
+                notes.append(f"≈ {header}: values that print alike are equal within {_tolerance(kind, colliding)}, "
+                             "not exactly")
         return self.frame.rename(columns=headers), formatters, alike, notes
 
     def _html_headers(self, shown: pd.DataFrame) -> list[str]:
@@ -410,7 +412,8 @@ class Table:
         styler.cell_ids = False
         table = styler.to_html()
         for i in extra:  # the header of a column a phone leaves out
-            table = table.replace(f'class="col_heading level0 col{i}"', f'class="col_heading level0 col{i} remat-extra"')
+            heading = f'class="col_heading level0 col{i}'
+            table = table.replace(f'{heading}"', f'{heading} remat-extra"')
         key = "".join(f'<span class="{html.escape(css)}">{html.escape(text)}</span>'
                       for css, text in self.legend.items())
         key = f'<p class="remat-legend">{key}</p>' if key else ""
