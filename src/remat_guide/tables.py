@@ -387,13 +387,14 @@ class Table:
         numeric = [i for i, column in enumerate(shown.columns) if column in formatters]
         phone = self._phone(shown, formatters) if len(shown.columns) else []
         extra = [i for i in range(len(shown.columns)) if i not in phone]
-        for i in numeric:
-            classes.iloc[:, i] = (classes.iloc[:, i] + " num").str.strip()
-            marks = pd.Series(alike[shown.columns[i]], index=shown.index).map({True: " " + _APPROX_CLASS,
-                                                                                False: ""})
-            classes.iloc[:, i] = (classes.iloc[:, i] + marks).str.strip()
-        for i in extra:
-            classes.iloc[:, i] = (classes.iloc[:, i] + " remat-extra").str.strip()
+        # Marks come first, "num" last, so that a cell's own classes keep their place.
+        for i in range(len(shown.columns)):
+            marks = pd.Series("remat-extra " if i in extra else "", index=shown.index)
+            if i in numeric:
+                marks = marks + pd.Series(alike[shown.columns[i]], index=shown.index).map(
+                    {True: _APPROX_CLASS + " ", False: ""})
+            own = marks + classes.iloc[:, i] + (" num" if i in numeric else "")
+            classes.iloc[:, i] = own.str.split().str.join(" ")
         # The id is a hash of the content, so that it is the same on every build.
         digest = hashlib.sha1(shown.to_csv().encode() + (self.caption or "").encode()).hexdigest()[:10]
         raw = self._html_headers(shown)
