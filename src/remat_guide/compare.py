@@ -659,6 +659,6 @@ def policy_table(rows: Iterable[PolicyRow]) -> Table:
         >>> table.caption  # the true count differs from XLA's, which skips loop iterations
         "XLA-reported FLOPs count a loop's body once; true FLOPs count every iteration (remat_guide.count_flops)."
         >>> str(table).splitlines()[3].split()
-        ['no', 'checkpoint', '1.00', '3.00', '4.00', '1.00', '1.000×']
+        ['no', 'checkpoint', '1.000', '3.000', '4.000', '1.000', '1.000×']
     """
     return Comparison(rows).table()

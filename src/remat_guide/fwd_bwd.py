@@ -241,9 +241,9 @@ class FwdBwd:
             equations by primitive (a loop body counts once)
             primitive  forward  saved  bytes saved (KiB)  recomputed
             ---------  -------  -----  -----------------  ----------
-            cos              2      2               7.81           0
+            cos              2      2              7.812           0
             sin              2      0                              0
-            total            4      2               7.81           0
+            total            4      2              7.812           0
 
             With ``jax.checkpoint``, only the input is kept; the backward pass computes
             both cosines and the inner ``sin`` again:
@@ -252,10 +252,10 @@ class FwdBwd:
             equations by primitive (a loop body counts once)
             primitive  forward  saved  bytes saved (KiB)  recomputed
             ---------  -------  -----  -----------------  ----------
-            (inputs)                1               3.91
+            (inputs)                1              3.906
             cos              0      0                              2
             sin              2      0                              1
-            total            2      1               3.91           3
+            total            2      1              3.906           3
         """
         if max_rows is not None:
             max_rows = validation.integer(max_rows, "max_rows", minimum=1)

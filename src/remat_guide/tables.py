@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import html
+import math
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-__all__ = ["COLUMN_UNITS", "Table", "unit_for", "word_breaks"]
+__all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "phone_columns", "unit_for", "word_breaks"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
@@ -59,41 +58,153 @@ def unit_for(values: Iterable[float], kind: str) -> tuple[str, int]:
     return units[-1]
 
 
-# Decimals shown at least, and at most: enough for any two different integers of bytes
-# (2**-30 GiB needs 30) or FLOPs (10**-12 TFLOP needs 12) to differ, and ratios to 9 places.
-_MIN_DECIMALS = {"bytes": 2, "flops": 2, "seconds": 1, "ratio": 3}
-_MAX_DECIMALS = {"bytes": 30, "flops": 12, "seconds": 3, "ratio": 9}
+# Numbers show four significant figures (ratios at most three decimals), integers of
+# bytes, FLOPs and counts in full. Two different values of a column that print alike are
+# marked, and the table says within what they are equal.
+SIGNIFICANT = 4
+_RATIO_DECIMALS = 3
+_APPROX_CLASS = "remat-approx"
 
 
-def _formatter(kind: str, size: int, decimals: int) -> Any:
-    if kind == "ratio":
-        return lambda v: "" if pd.isna(v) else f"{v:.{decimals}f}×"
-    if kind == "count" or (kind != "seconds" and size == 1):
+def _decimals(value: float, kind: str) -> int:
+    """The decimals that show ``value`` to :data:`SIGNIFICANT` figures (ratios: at most three)."""
+    decimals = 0
+    if value:
+        decimals = max(0, SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+        # Rounding may carry into a new leading digit (9.9996 -> 10.00): one decimal fewer.
+        rounded = round(abs(value), decimals)
+        if rounded and math.floor(math.log10(rounded)) > math.floor(math.log10(abs(value))):
+            decimals = max(0, decimals - 1)
+    return min(decimals, _RATIO_DECIMALS) if kind == "ratio" else decimals
+
+
+def _formatter(kind: str, size: float) -> Any:
+    if kind == "count" or (kind != "seconds" and kind != "ratio" and size == 1):
         return lambda v: "" if pd.isna(v) else f"{int(v):,}"
-    return lambda v: "" if pd.isna(v) else _in_unit(v, size, decimals)
+    suffix = "×" if kind == "ratio" else ""
 
+    def format_value(v: Any) -> str:
+        if pd.isna(v):
+            return ""
+        scaled = float(v) / size
+        return f"{scaled:,.{_decimals(scaled, kind)}f}{suffix}"
 
-def _in_unit(value: Any, size: int, decimals: int) -> str:
-    """``value / size`` with ``decimals`` decimals; exact for integers however large (floats lose past 2**53)."""
-    if not isinstance(value, (int, np.integer)):
-        return f"{value / size:,.{decimals}f}"
-    scaled = round(Fraction(int(value) * 10**decimals, size))
-    whole, part = divmod(abs(scaled), 10**decimals)
-    sign = "-" if scaled < 0 else ""
-    return f"{sign}{whole:,}.{part:0{decimals}d}" if decimals else f"{sign}{whole:,}"
+    return format_value
 
 
 def _column_formatter(values: pd.Series, kind: str) -> tuple[str, Any]:
-    """The unit and formatter of a column: the fewest decimals that keep different values different."""
+    """The unit and formatter of a column."""
     name, size = unit_for(values, kind) if kind in _UNITS else ("", 1)
-    decimals = _MIN_DECIMALS.get(kind, 0)
-    distinct = {v for v in values if not pd.isna(v)}
+    return name, _formatter(kind, size)
+
+
+def _alike(values: pd.Series, formatter: Any) -> list[bool]:
+    """For each value, whether a different value of the column prints the same."""
+    seen: dict[str, set] = {}
+    for value in values:
+        if not pd.isna(value):
+            seen.setdefault(formatter(value), set()).add(value)
+    return [not pd.isna(value) and len(seen[formatter(value)]) > 1 for value in values]
+
+
+def _tolerance(kind: str, colliding: Iterable[float]) -> str:
+    """Within what values that print alike are equal: the width of one printed step."""
+    if kind == "ratio" and all(abs(v) < 10 for v in colliding):
+        return f"{10.0**-_RATIO_DECIMALS:.{_RATIO_DECIMALS}f}×"  # three decimals: 0.001 apart
+    return "0.1%"  # four significant figures: one step is under 0.1% of the value
+
+
+# The width of a phone's column, in characters of a table (0.85em at 16 px: about 7 px
+# each), after each column's padding.
+PHONE_CHARACTERS = 44
+_PADDING_CHARACTERS = 2
+_BREAK = re.compile(r"\s+|<wbr>|(?<=[_/])")
+
+
+def _narrowest(cell: str, numeric: bool) -> int:
+    """The fewest characters a cell's text needs across: its longest unbreakable piece."""
+    if numeric:
+        return len(cell)
+    pieces = _BREAK.split(re.sub(r"<(?!wbr>)[^>]+>", "", cell))
+    return max((len(html.unescape(piece)) for piece in pieces), default=0)
+
+
+def phone_columns(cells: Mapping[str, list[str]], units: Mapping[str, str] | None = None,
+                  *, width: int = PHONE_CHARACTERS) -> list[str]:
+    """The columns a table shows on a phone: its labels, the ones that tell rows apart, the units.
+
+    The labels always show: the first column, and the second too where the first repeats
+    and the two together name the rows (``layout, policy``). Then come the columns that the rows need to read
+    differently: while two rows read alike in the shown columns (the labels left out) and
+    differ in another, the column that tells most such pairs apart joins. The columns left
+    over join while the table still fits ``width`` characters. Both times the columns in
+    units come first (the first of each kind, then the rest), then the others, each left
+    to right. What the rows hold besides stays behind the table's "all columns" switch.
+
+    Args:
+        cells: Each column's header mapped to its cells as printed (HTML of a cell is
+            allowed: tags are dropped, ``<wbr>`` counts as a break).
+        units: For the numeric columns, their kind of :data:`COLUMN_UNITS`.
+        width: The phone's column, in characters.
+
+    Returns:
+        The headers of the columns to show, in the table's order.
+
+    Raises:
+        ValueError: If ``cells`` has no column or its columns differ in length.
+
+    Examples:
+        >>> from remat_guide.tables import phone_columns
+        >>> phone_columns({"policy": ["all", "none"], "inputs": ["kept", "kept"],
+        ...                "matmul": ["kept", "kept"], "other intermediates": ["kept", "—"]},
+        ...               width=20)
+        ['policy', 'other intermediates']
+        >>> phone_columns({"layout": ["dp", "dp"], "policy": ["a", "b"], "temp": ["1.0", "2.0"],
+        ...                "FLOPs": ["3.0", "4.0"], "notes": ["x", "y"]},
+        ...               {"temp": "bytes", "FLOPs": "flops"}, width=30)
+        ['layout', 'policy', 'temp', 'FLOPs']
+    """
+    columns = list(cells)
+    if not columns:
+        raise ValueError("cells must have at least one column")
+    lengths = {len(values) for values in cells.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"cells' columns differ in length: {sorted(lengths)}")
+    units = dict(units or {})
+    count, labels = lengths.pop(), 1
+    if (len(columns) > 1 and columns[1] not in units
+            and len(set(cells[columns[0]])) < count <= len(set(zip(cells[columns[0]], cells[columns[1]])))):
+        labels = 2  # the first two columns name the rows together
+    data = columns[labels:]
+    rows = list(zip(*(cells[c] for c in data))) if data else []
+    seen: dict[str, int] = {}
+    rank = {}
+    for column in columns:
+        kind = units.get(column)
+        rank[column] = (kind is None, seen.get(kind, 0) if kind else 0, columns.index(column))
+        if kind:
+            seen[kind] = seen.get(kind, 0) + 1
+
+    def need(column: str) -> int:
+        numeric = column in units
+        header = _narrowest(_breakable(column), numeric=False)
+        return max([header, *(_narrowest(str(cell), numeric) for cell in cells[column])]) + _PADDING_CHARACTERS
+
+    shown: list[str] = []
     while True:
-        formatter = _formatter(kind, size, decimals)
-        if (kind == "count" or (kind in ("bytes", "flops") and size == 1) or decimals >= _MAX_DECIMALS[kind]
-                or len({formatter(v) for v in distinct}) == len(distinct)):
-            return name, formatter
-        decimals += 1
+        alike = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:]
+                 if a != b and all(a[data.index(c)] == b[data.index(c)] for c in shown)]
+        if not alike:
+            break
+        splits = {c: sum(a[data.index(c)] != b[data.index(c)] for a, b in alike)
+                  for c in data if c not in shown}
+        shown.append(max(sorted(splits, key=rank.__getitem__), key=splits.__getitem__))
+    used = sum(need(c) for c in columns[:labels]) + sum(need(c) for c in shown)
+    for column in sorted((c for c in data if c not in shown), key=rank.__getitem__):
+        if used + need(column) <= width:
+            shown.append(column)
+            used += need(column)
+    return [c for c in columns if c in columns[:labels] or c in shown]
 
 
 def _text(value: Any, html_cell: bool) -> str:
@@ -104,15 +215,17 @@ def _text(value: Any, html_cell: bool) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text)) if html_cell else text
 
 
-_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])")
+_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])|(?<=[.:/])(?=[A-Za-z])|(?<=:)(?=\d)|(?<=,)(?=[\d,]*\])")
 
 
 def word_breaks(text: str) -> str:
-    """HTML text with a line-break opportunity after each ``_`` and inside camel case.
+    """HTML text with a line-break opportunity after each ``_``, inside camel case and more.
 
     A long name in a table cell then wraps between its words
-    (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``),
-    never between two letters of one, and the table fits a narrower column.
+    (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``), a
+    source location after its dot and colon (``model.<wbr>py:<wbr>12``), a shape after its
+    commas (``f32[1,<wbr>4096]``), never between two letters of one word, and the table
+    fits a narrower column.
 
     Args:
         text: HTML text (already escaped).
@@ -125,6 +238,8 @@ def word_breaks(text: str) -> str:
         'save_<wbr>only_<wbr>these_<wbr>names'
         >>> word_breaks("SaveOnlyTheseNames")
         'Save<wbr>Only<wbr>These<wbr>Names'
+        >>> word_breaks("f32[1,4096] at model.py:12, 3.5")
+        'f32[1,<wbr>4096] at model.<wbr>py:<wbr>12, 3.5'
     """
     return _WORD_BREAK.sub("<wbr>", text)
 
@@ -138,9 +253,18 @@ class Table:
 
     Numeric columns are right-aligned; byte and FLOP columns are shown in one unit each,
     named in the header (``temp (MiB)``), while the ``frame`` attribute keeps the exact values.
-    Byte, FLOP and ratio columns show two decimals (a ratio three), or as many more as it
-    takes for different values never to read the same. ``str()`` gives the same table as
-    plain text.
+
+    One rule for numbers: byte, FLOP and seconds columns show :data:`SIGNIFICANT` (four)
+    significant figures, ratios the same but at most three decimals; counts, and bytes or
+    FLOPs under 1 KiB or 1 kFLOP, are whole numbers. No more digits are printed to tell
+    two values apart: where different values of a column print alike, each is marked
+    ``≈`` and a note under the table says within what they are equal (0.1% of the value,
+    or 0.001× for ratios under 10).
+
+    On a phone (the site's stylesheet, at most 600 px wide) the table shows the columns of
+    :func:`phone_columns` (or ``key_columns``): the first column, the columns that tell its
+    rows apart and as many more as fit; an "all columns" switch above it shows the rest.
+    ``str()`` gives the whole table as plain text.
 
     Args:
         frame: The values, one row per line of the table; the index is not shown.
@@ -153,11 +277,14 @@ class Table:
         html_columns: The columns whose cells are HTML (links, code), shown as they
             are; every other cell is escaped.
         table_class: Further CSS classes of the ``<table>`` element.
+        key_columns: The columns a phone shows; by default those of :func:`phone_columns`.
+            The columns that tell the rows apart should be among them.
 
     Raises:
         TypeError: If ``frame`` is not a DataFrame or ``cell_classes`` is given and is not one.
-        ValueError: If ``units`` names a column that ``frame`` lacks or a kind not in
-            :data:`COLUMN_UNITS`, or ``cell_classes`` is not shaped like ``frame``.
+        ValueError: If ``units``, ``html_columns`` or ``key_columns`` names a column that
+            ``frame`` lacks, ``units`` a kind not in :data:`COLUMN_UNITS`, or
+            ``cell_classes`` is not shaped like ``frame``.
 
     Examples:
         >>> import pandas as pd
@@ -167,21 +294,31 @@ class Table:
         >>> print(table)
         policy  temp (MiB)
         ------  ----------
-        a             1.00
-        b             3.00
-        >>> '<td class="data row1 col1 num" >3.00</td>' in table._repr_html_()
+        a            1.000
+        b            3.000
+        >>> '<td class="data row1 col1 num" >3.000</td>' in table._repr_html_()
         True
-        >>> print(Table(pd.DataFrame({"temp": [2**20, 2**20 + 2**10]}), units={"temp": "bytes"}))
+        >>> print(Table(pd.DataFrame({"ratio": [1.332467529, 0.80740353, 12.3456]}),
+        ...             units={"ratio": "ratio"}))
+        ratio
+        ------
+        1.332×
+        0.807×
+        12.35×
+        >>> print(Table(pd.DataFrame({"temp": [2**20, 2**20 + 2**6, 2 * 2**20]}),
+        ...             units={"temp": "bytes"}))
         temp (MiB)
         ----------
-             1.000
-             1.001
+            ≈1.000
+            ≈1.000
+             2.000
+        ≈ temp (MiB): values that print alike are equal within 0.1%, not exactly
     """
 
     def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,
                  cell_classes: pd.DataFrame | None = None, caption: str | None = None,
                  legend: Mapping[str, str] | None = None, html_columns: Iterable[str] = (),
-                 table_class: str = "") -> None:
+                 table_class: str = "", key_columns: Iterable[str] | None = None) -> None:
         if not isinstance(frame, pd.DataFrame):
             raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
         units = dict(units or {})
@@ -205,28 +342,59 @@ class Table:
             if column not in frame.columns:
                 raise ValueError(f"html_columns names {column!r}, which frame lacks")
         self.table_class = table_class
+        self.key_columns = None if key_columns is None else tuple(key_columns)
+        for column in self.key_columns or ():
+            if column not in frame.columns:
+                raise ValueError(f"key_columns names {column!r}, which frame lacks; it has {list(frame.columns)}")
 
-    def _shown(self) -> tuple[pd.DataFrame, dict[str, Any]]:
-        headers, formatters = {}, {}
+    def _shown(self) -> tuple[pd.DataFrame, dict[str, Any], dict[str, list[bool]], list[str]]:
+        """The frame with its headers in units, the formatters, the cells marked ≈, and the note's lines."""
+        headers, formatters, alike, notes = {}, {}, {}, []
         for column, kind in self.units.items():
             name, formatter = _column_formatter(self.frame[column].dropna(), kind)
-            headers[column] = f"{column} ({name})" if name else column
-            formatters[headers[column]] = formatter
-        return self.frame.rename(columns=headers), formatters
+            headers[column] = header = f"{column} ({name})" if name else column
+            formatters[header] = formatter
+            alike[header] = _alike(self.frame[column], formatter)
+            if any(alike[header]):
+                colliding = [v for v, a in zip(self.frame[column], alike[header]) if a]
+                notes.append(f"≈ {header}: values that print alike are equal within {_tolerance(kind, colliding)}, "
+                             "not exactly")
+        return self.frame.rename(columns=headers), formatters, alike, notes
 
     def _html_headers(self, shown: pd.DataFrame) -> list[str]:
         """The headers, as ``shown`` names them, of the columns whose cells are HTML."""
         return [header for column, header in zip(self.frame.columns, shown.columns)
                 if column in self.html_columns]
 
+    def _phone(self, shown: pd.DataFrame, formatters: Mapping[str, Any]) -> list[int]:
+        """The positions of the columns a phone shows."""
+        if self.key_columns is not None:
+            return [i for i, column in enumerate(self.frame.columns) if column in self.key_columns]
+        raw = self._html_headers(shown)
+        cells = {str(header): [formatters[header](v) if header in formatters
+                               else str(v) if header in raw else _breakable(v) for v in shown[header]]
+                 for header in shown.columns}
+        units = {str(header): kind for header, kind in zip(shown.columns, self.frame.columns.map(self.units.get))
+                 if kind}
+        keep = phone_columns(cells, units)
+        return [i for i, header in enumerate(shown.columns) if str(header) in keep]
+
     def _repr_html_(self) -> str:
-        shown, formatters = self._shown()
+        shown, formatters, alike, notes = self._shown()
         classes = pd.DataFrame("", index=shown.index, columns=shown.columns)
         if self.cell_classes is not None:
             classes = pd.DataFrame(self.cell_classes.to_numpy(), index=shown.index, columns=shown.columns)
         numeric = [i for i, column in enumerate(shown.columns) if column in formatters]
-        for i in numeric:
-            classes.iloc[:, i] = (classes.iloc[:, i] + " num").str.strip()
+        phone = self._phone(shown, formatters) if len(shown.columns) else []
+        extra = [i for i in range(len(shown.columns)) if i not in phone]
+        # Marks come first, "num" last, so that a cell's own classes keep their place.
+        for i in range(len(shown.columns)):
+            marks = pd.Series("remat-extra " if i in extra else "", index=shown.index)
+            if i in numeric:
+                marks = marks + pd.Series(alike[shown.columns[i]], index=shown.index).map(
+                    {True: _APPROX_CLASS + " ", False: ""})
+            own = marks + classes.iloc[:, i] + (" num" if i in numeric else "")
+            classes.iloc[:, i] = own.str.split().str.join(" ")
         # The id is a hash of the content, so that it is the same on every build.
         digest = hashlib.sha1(shown.to_csv().encode() + (self.caption or "").encode()).hexdigest()[:10]
         raw = self._html_headers(shown)
@@ -236,26 +404,36 @@ class Table:
             styler = styler.format(formatters, subset=list(formatters))
         if escaped:
             styler = styler.format(_breakable, subset=escaped)
+        styler = styler.format_index(_breakable, axis=1)  # long headers wrap between words too
         table_class = f"remat-table {self.table_class}".strip()
         styler = (styler.set_td_classes(classes).set_uuid(digest)
                   .set_table_attributes(f'class="{table_class}"')
                   .set_table_styles([{"selector": f"th.col{i}", "props": "text-align: right;"}
                                      for i in numeric]))
         styler.cell_ids = False
+        table = styler.to_html()
+        for i in extra:  # the header of a column a phone leaves out
+            heading = f'class="col_heading level0 col{i}'
+            table = table.replace(f'{heading}"', f'{heading} remat-extra"')
         key = "".join(f'<span class="{html.escape(css)}">{html.escape(text)}</span>'
                       for css, text in self.legend.items())
         key = f'<p class="remat-legend">{key}</p>' if key else ""
         # The caption sits above the scrolling box, so that a phone shows all of it.
         caption = (f'<p class="remat-table-caption">{html.escape(self.caption)}</p>'
                    if self.caption else "")
-        return f'{caption}{key}<div class="remat-table-scroll">{styler.to_html()}</div>'
+        switch = (f'<label class="remat-all-columns"><input type="checkbox"> all {len(shown.columns)} columns'
+                  f' ({len(extra)} more)</label>' if extra else "")
+        note = "".join(f'<p class="remat-table-note">{html.escape(line)}</p>' for line in notes)
+        return (f'<div class="remat-table-block">{caption}{key}{switch}'
+                f'<div class="remat-table-scroll">{table}</div>{note}</div>')
 
     def __str__(self) -> str:
-        shown, formatters = self._shown()
+        shown, formatters, alike, notes = self._shown()
         raw = self._html_headers(shown)
         columns = [str(column) for column in shown.columns]
-        cells = [[formatters[column](value) if column in formatters
-                  else _text(value, html_cell=column in raw) for value in shown[column]]
+        cells = [[("≈" if marked else "") + formatters[column](value)
+                  for value, marked in zip(shown[column], alike[column])] if column in formatters
+                 else [_text(value, html_cell=column in raw) for value in shown[column]]
                  for column in shown.columns]
         widths = [max([len(header), *map(len, column)]) for header, column in zip(columns, cells)]
         numeric = [column in formatters for column in shown.columns]
@@ -265,7 +443,7 @@ class Table:
                              for value, width, right in zip(values, widths, numeric)).rstrip()
 
         lines = [line(columns), "  ".join("-" * width for width in widths),
-                 *(line(row) for row in zip(*cells))]
+                 *(line(row) for row in zip(*cells)), *notes]
         if self.legend:
             lines.insert(0, "key: " + ", ".join(self.legend.values()))
         if self.caption:
