@@ -32,7 +32,7 @@ class PolicyStyle:
 # Each name the site plots has its own pair of colour and marker, and no two names share a
 # pair; the names that one plot draws together also differ in colour and in marker, so that
 # either alone tells them apart. Aliases share their policy's style (per-layer checkpointing
-# is nothing_saveable on each layer). Line markers ("1", "+", ".") are not used: at a phone's
+# is nothing_saveable on each layer). Line markers ("1", "+", "x") are not used: at a phone's
 # size they vanish.
 _STYLES: dict[str, PolicyStyle] = {
     "no checkpoint": PolicyStyle(_BLACK, "s"),
@@ -60,8 +60,8 @@ _STYLES: dict[str, PolicyStyle] = {
     "qkv_proj_offloaded": PolicyStyle(_SKY, ">"),
     "minimal_offloaded": PolicyStyle(_OLIVE, "d"),
     "plan_names": PolicyStyle(_TEAL, "*"),
-    # The cloud of other sets of names, drawn small behind the rest.
-    "set of names": PolicyStyle(_GREY, "o"),
+    # The cloud of other sets of names: small dots (the point marker), behind the rest.
+    "set of names": PolicyStyle(_GREY, "."),
 }
 # Names that other plots spell differently: a names policy written as "names: ..." or as the
 # factory's call, an offloading one as "offload ...".
