@@ -54,7 +54,7 @@ _STYLES: dict[str, PolicyStyle] = {
     "recursive, sqrt(N) (2 levels)": PolicyStyle(_BLUE, "h"),
     "recursive, binary (log2 N levels)": PolicyStyle(_PURPLE, "D"),
     # MaxText's remat_policy presets, and the planner's answers.
-    "save_out_proj": PolicyStyle(_ORANGE, "h"),
+    "save_out_proj": PolicyStyle(_ORANGE, "P"),
     "save_qkv_proj": PolicyStyle(_PURPLE, "<"),
     "save_dot_except_mlp": PolicyStyle(_BROWN, "X"),
     "qkv_proj_offloaded": PolicyStyle(_SKY, ">"),
