@@ -29,9 +29,11 @@ class PolicyStyle:
     marker: str
 
 
-# Each standard name has its own colour and marker; aliases share them. A series that only
-# one page plots (a depth strategy, a MaxText-style preset) has an entry too, so that it
-# never takes a colour and marker another plot gives a different policy.
+# Each name the site plots has its own pair of colour and marker, and no two names share a
+# pair; the names that one plot draws together also differ in colour and in marker, so that
+# either alone tells them apart. Aliases share their policy's style (per-layer checkpointing
+# is nothing_saveable on each layer). Line markers ("1", "+", "x") are not used: at a phone's
+# size they vanish.
 _STYLES: dict[str, PolicyStyle] = {
     "no checkpoint": PolicyStyle(_BLACK, "s"),
     "everything_saveable": PolicyStyle(_SKY, "D"),
@@ -40,17 +42,25 @@ _STYLES: dict[str, PolicyStyle] = {
     "dots_with_no_batch_dims_saveable": PolicyStyle(_GREEN, "^"),
     "checkpoint_dots_with_no_batch_dims": PolicyStyle(_GREEN, "^"),
     "nothing_saveable": PolicyStyle(_VERMILION, "v"),
+    "per-layer checkpoint": PolicyStyle(_VERMILION, "v"),
     "offload_dot_with_no_batch_dims": PolicyStyle(_PURPLE, "P"),
     "save_only_these_names": PolicyStyle(_ORANGE, "p"),
     "save_any_names_but_these": PolicyStyle(_BROWN, "h"),
     "save_anything_except_these_names": PolicyStyle(_BROWN, "h"),
     "save_and_offload_only_these_names": PolicyStyle(_PURPLE, "X"),
-    "save_from_both_policies": PolicyStyle(_TEAL, "*"),
+    "save_from_both_policies": PolicyStyle(_TEAL, "H"),
     "checkpoint_dot_policy": PolicyStyle(_YELLOW, "d"),
-    "per-layer checkpoint": PolicyStyle(_VERMILION, "v"),
-    "recursive, sqrt(N) (2 levels)": PolicyStyle(_ORANGE, "<"),
-    "recursive, binary (log2 N levels)": PolicyStyle(_PURPLE, ">"),
-    "plan_names": PolicyStyle(_BLACK, "*"),
+    # The depth page's strategies.
+    "recursive, sqrt(N) (2 levels)": PolicyStyle(_BLUE, "h"),
+    "recursive, binary (log2 N levels)": PolicyStyle(_PURPLE, "D"),
+    # MaxText's remat_policy presets, and the planner's answers.
+    "save_out_proj": PolicyStyle(_ORANGE, "P"),
+    "save_qkv_proj": PolicyStyle(_PURPLE, "<"),
+    "save_dot_except_mlp": PolicyStyle(_BROWN, "X"),
+    "qkv_proj_offloaded": PolicyStyle(_SKY, ">"),
+    "minimal_offloaded": PolicyStyle(_OLIVE, "d"),
+    "plan_names": PolicyStyle(_TEAL, "*"),
+    # The cloud of other sets of names: small dots (the point marker), behind the rest.
     "set of names": PolicyStyle(_GREY, "."),
 }
 # Names that other plots spell differently: a names policy written as "names: ..." or as the
@@ -64,8 +74,12 @@ _PREFIXES = (
     ("offload ", "save_and_offload_only_these_names"),
     ("keep ", "save_and_offload_only_these_names"),
 )
-_SPARE_COLORS = (_GREY, _BROWN, _TEAL, _OLIVE)
-_SPARE_MARKERS = ("H", "8", "d", "<", ">", "1", "2", "3", "4")
+# Other names get a pair that no name above has, derived from the name itself.
+_SPARE = tuple(
+    PolicyStyle(color, marker)
+    for color in (_GREY, _BROWN, _TEAL, _OLIVE, _YELLOW, _SKY)
+    for marker in ("H", "8", "d", "<", ">", "p", "P", "X", "*")
+    if PolicyStyle(color, marker) not in set(_STYLES.values()))
 MARKER_SIZE = 8  # in points, the same on every plot so that a marker looks the same
 
 
@@ -76,7 +90,8 @@ def policy_style(name: str) -> PolicyStyle:
     :func:`remat_guide.policy_label` writes them) and the other series the site plots
     have fixed styles; a names policy written as a call (``save_only_these_names(...)``)
     takes its factory's. Any other name gets a style derived from the name itself, the
-    same on every build and every page, from colours that no standard policy uses.
+    same on every build and every page, and a pair of colour and marker that no name
+    with a fixed style has.
 
     Args:
         name: The series' name, as the plot's legend shows it.
@@ -103,9 +118,7 @@ def policy_style(name: str) -> PolicyStyle:
     for prefix, family in _PREFIXES:
         if first.startswith(prefix):
             return _STYLES[family]
-    digest = zlib.crc32(first.encode())
-    return PolicyStyle(_SPARE_COLORS[digest % len(_SPARE_COLORS)],
-                       _SPARE_MARKERS[(digest // len(_SPARE_COLORS)) % len(_SPARE_MARKERS)])
+    return _SPARE[zlib.crc32(first.encode()) % len(_SPARE)]
 
 
 def draw_points(ax: Any, points: Iterable[tuple[str, float, float]], *,
@@ -184,24 +197,55 @@ def draw_series(ax: Any, name: str, xs: Sequence[float], ys: Sequence[float], *,
 
 
 def legend_below(fig: Any, handles: Sequence[Any] | None = None,
-                 labels: Sequence[str] | None = None, ncols: int = 2) -> Any:
-    """Puts a figure's legend under its plots, in columns, so that a phone can read it.
+                 labels: Sequence[str] | None = None, ncols: int | None = None, *,
+                 grow: bool = True) -> Any:
+    """Puts a figure's legend under its plots, in as many columns as its width holds.
 
     The figure must use the constrained layout (``layout="constrained"``), which makes
-    room for the legend.
+    room for the legend. With ``grow``, the figure grows by the legend's height, so that
+    the plots keep the height the figure was given; the site's figures are narrow (a
+    phone shows them at about their own size), so a long legend takes one column and
+    several rows.
 
     Args:
         fig: A matplotlib Figure.
         handles: The legend's artists; by default those of the figure's first Axes.
         labels: Their text; by default the artists' labels.
-        ncols: The number of columns.
+        ncols: The number of columns; by default the most that fit the figure's width.
+        grow: Whether to make the figure taller by the legend's height.
 
     Returns:
         The Legend.
+
+    Raises:
+        ValueError: If ``ncols`` is not a positive number.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig, ax = plt.subplots(figsize=(4.8, 3), layout="constrained")
+        >>> for name in ("no checkpoint", "dots_with_no_batch_dims_saveable"):
+        ...     _ = draw_series(ax, name, [1, 2], [3, 4])
+        >>> legend = legend_below(fig)
+        >>> bool(legend.get_window_extent().width <= fig.bbox.width)
+        True
+        >>> bool(fig.get_figheight() > 3)
+        True
+        >>> plt.close(fig)
     """
+    if ncols is not None and (not isinstance(ncols, int) or ncols < 1):
+        raise ValueError(f"ncols: expected a positive number of columns, got {ncols!r}")
     if handles is None:
         handles, found = fig.axes[0].get_legend_handles_labels()
         labels = found if labels is None else labels
     elif labels is None:
         labels = [handle.get_label() for handle in handles]
-    return fig.legend(handles, labels, loc="outside lower center", ncols=ncols)
+    handles, labels = list(handles), list(labels)
+    width = fig.get_figwidth() * fig.dpi
+    for columns in ([ncols] if ncols else range(len(labels), 0, -1)):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncols=columns)
+        if columns == 1 or legend.get_window_extent().width <= width:
+            break
+        legend.remove()
+    if grow:
+        fig.set_figheight(fig.get_figheight() + legend.get_window_extent().height / fig.dpi)
+    return legend
