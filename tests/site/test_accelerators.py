@@ -9,7 +9,12 @@ def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built
     html = built_page("accelerators.html")
     text = page_text(html)
     assert "{glue" not in text
-    assert "buffer assignment, not a run" in text
+    assert "what the compiler plans to allocate, not a run" in text
+    # The opening speaks in sentences: "N times ... of no checkpoint", no "N× no checkpoint's".
+    opening = " ".join(text[:text.index("Your own model:")].split())
+    assert "times the matrix-multiply FLOPs of no checkpoint" in opening
+    assert "no checkpoint’s" not in opening and "no checkpoint's" not in opening
+    assert "temporary memory (the scratch space" in opening
     figures = table_with(html, "backend", "policy", "arguments (MiB)", "outputs (MiB)", "temp (MiB)", "peak (MiB)")
     assert [row["backend"] for row in figures] == ["CPU", "CPU", "TPU v5e", "TPU v5e", "H100", "H100"]
     assert {row["temp (MiB)"] for row in figures if row["backend"] == "TPU v5e"} == {"0.00"}

@@ -37,3 +37,19 @@ def test_versions_page_shows_the_differences_it_describes(built_page):
     assert "primitive (decorated off, called on)" in text
     # Glued counts made it into the prose.
     assert "holds 12 names in 0.10.2, 15 in 0.11.2 and 12 in 0.12.0.1" in text
+
+
+def test_versions_page_ends_with_what_to_change_when_upgrading(built_page):
+    html = built_page("versions.html")
+    text = " ".join(page_text(html).split())
+    last = text[text.rindex("Upgrading to 0.12"):]
+    assert "Nothing else needs to change" in last
+    for item in ("From 0.11.2: Policy classes: replace SaveAndOffloadOnlyTheseNames(...) by "
+                 "save_and_offload_only_these_names(...)",
+                 "From 0.10.2 and 0.11.2: No type checks on policies",
+                 "From 0.11.2: jax.custom_remat",
+                 "From 0.10.2 and 0.11.2: jax_remat3 is read at each call",
+                 "From 0.10.2: Remove concrete",
+                 "From 0.10.2: Residual listings of tanh"):
+        assert item in last, item
+    assert 'href="#versions-upgrade"' in html  # the opening points to it
