@@ -48,8 +48,8 @@ def test_depth_page_breaks_down_what_each_scanned_layer_keeps(site_dir):
     assert text.count("f32[16,512,256] output of scan") == 2  # JAX's own printer, for comparison
     per_layer = table_with(html, "policy", "kept from each layer", "per layer (MiB)")
     assert [(row["policy"], row["per layer (MiB)"]) for row in per_layer][:3] == [
-        ("nothing_saveable", "0.50"), ("save_only_these_names('hidden')", "1.00"),
-        ("dots_with_no_batch_dims_saveable", "1.50")]
+        ("nothing_saveable", "0.5000"), ("save_only_these_names('hidden')", "1.000"),
+        ("dots_with_no_batch_dims_saveable", "1.500")]
     assert "scan at" not in text  # no stacked value is described only as the scan's output
 
 
@@ -62,7 +62,7 @@ def test_sharded_page_runs_on_eight_devices_and_shows_its_tables(built_page):
     assert len(set(re.findall(r"_images/[0-9a-f]+\.(?:png|svg)", page))) == 1
     on_8 = table_with(page, "policy", "CPU x 8: temp (MiB)", "TPU v5e 2x4: peak (MiB)")
     assert [row["policy"] for row in on_8][-1] == "offload: mlp_hidden"
-    assert [row["H100: host (MiB)"] != "0.00" for row in on_8] == [False] * (len(on_8) - 1) + [True]
+    assert [row["H100: host (MiB)"] != "0" for row in on_8] == [False] * (len(on_8) - 1) + [True]
     # jax.checkpoint inside shard_map: the collectives each policy runs
     in_shard_map = table_with(page, "layout", "policy", "residuals per device (MiB)",
                               "temp per device (MiB)", "FLOPs vs no checkpoint", "dot",

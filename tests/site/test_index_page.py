@@ -53,5 +53,5 @@ def test_the_note_gives_choosings_large_shape_case(built_page):
     assert found, "the note on choosing's large shape"
     dots, unbatched = map(float, found.groups())
     assert dots > 2 * unbatched
-    reconcile = text[found.end():text.index("What a policy does, in one picture")]
+    reconcile = text[found.end():text.index("What a policy does, in one picture", found.end())]
     assert "tutorial" in reconcile and "Llama 3.2 1B" in reconcile and "%" in reconcile

@@ -490,7 +490,9 @@ def comparison_table(first_header: str, versions: list[str], rows: Sequence[Row]
                            *map(cell, values)] for label, values in rows], columns=columns)
     classes = pd.DataFrame([["remat-changed" if label in changed else ""] * (1 + len(mark))
                             + [""] * len(versions) for label, _ in rows], columns=columns)
-    table = Table(frame, cell_classes=classes, html_columns=versions, table_class="remat-versions")
+    # On a phone: what is compared, whether it changed, and the newest release's value.
+    table = Table(frame, cell_classes=classes, html_columns=versions, table_class="remat-versions",
+                  key_columns=[first_header, *mark, versions[-1]])
     return ComparisonTable(table, notes, anchor, changed)
 
 
