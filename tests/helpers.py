@@ -1,10 +1,15 @@
-"""Plain helpers shared by the tests: the checkout, its pages, a scanned model, compiles counted, built pages' text."""
+"""Plain helpers shared by the tests: the checkout, its pages, a scanned model, compiles, built pages, a browser."""
 
 import contextlib
+import functools
 import html
 import html.parser
+import http.server
+import os
 import pathlib
 import re
+import shutil
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -100,3 +105,29 @@ def counting_compiles() -> Iterator[list[int]]:
         yield calls
     finally:
         jax.stages.Lowered.compile = original
+
+
+def chromium() -> str:
+    """The Chromium the browser tests drive: ``$REMAT_GUIDE_CHROMIUM`` or the first one on PATH."""
+    for name in (os.environ.get("REMAT_GUIDE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and (path := shutil.which(name)):
+            return path
+    raise AssertionError("no Chromium found: `make test` installs one (Debian: apt-get install chromium)")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class names it so)
+        pass
+
+
+@contextlib.contextmanager
+def served(folder: pathlib.Path) -> Iterator[str]:
+    """Serves ``folder`` over HTTP on a free local port while the block runs; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

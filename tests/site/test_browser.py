@@ -1,58 +1,18 @@
 """The built site in a real browser: Playwright drives a local Chromium against 127.0.0.1."""
 
-import functools
-import http.server
-import os
 import pathlib
 import re
 import shutil
-import threading
 import urllib.parse
 
 import nbformat
 import pytest
-from playwright.sync_api import sync_playwright
-
-# Chromium must not reach out on its own: this machine has no network but the loopback.
-CHROMIUM_FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 
 # The two widths of the tour, and the pages Sphinx generates (not written as pages).
 DESKTOP, PHONE = 1400, 390
 GENERATED = {"genindex.html", "search.html", "py-modindex.html"}
 
 
-def _chromium() -> str:
-    for name in (os.environ.get("REMAT_GUIDE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and (path := shutil.which(name)):
-            return path
-    raise AssertionError("no Chromium found: `make test` installs one (Debian: apt-get install chromium)")
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 (the base class names it so)
-        pass
-
-
-@pytest.fixture(scope="module")
-def base_url(site_dir):
-    handler = functools.partial(_QuietHandler, directory=str(site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
 
 
 def _cancelled_favicon(request) -> bool:

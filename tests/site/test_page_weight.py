@@ -1,21 +1,12 @@
 """What a page costs a reader to load, and the theme's icons drawn without Font Awesome, in Chromium."""
 
 import collections
-import functools
-import http.server
 import io
-import os
 import re
-import shutil
-import threading
 import urllib.parse
 
 import pytest
 from PIL import Image
-from playwright.sync_api import sync_playwright
-
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # Bytes (bodies and headers, served uncompressed by a plain file server) that a first visit
 # fetches. With the theme's Font Awesome script and font a page's theme files came to 2.4 MB;
@@ -41,34 +32,6 @@ BUTTONS = {
 }
 
 
-def _chromium() -> str:
-    for name in (os.environ.get("REMAT_GUIDE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and (path := shutil.which(name)):
-            return path
-    raise AssertionError("no Chromium found: `make test` installs one (Debian: apt-get install chromium)")
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 (the base class names it so)
-        pass
-
-
-@pytest.fixture(scope="module")
-def base_url(site_dir):
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site_dir)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=FLAGS)
-        yield browser
-        browser.close()
 
 
 def _first_visit(browser, url: str) -> dict[str, int]:
