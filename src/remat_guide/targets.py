@@ -90,7 +90,7 @@ class Target:
         memory_bytes: The memory of one device (HBM), as its maker publishes it, in
             binary units (an H100's "80 GB" as 80 GiB). What a program may use is less:
             the CUDA context and the allocator's own share on a GPU, and by default JAX
-            preallocates 75% of a GPU's memory (``XLA_CLIENT_MEM_FRACTION`` from jaxlib
+            preallocates 75% of a GPU's memory (``XLA_CLIENT_MEM_FRACTION`` since jaxlib
             0.12, ``XLA_PYTHON_CLIENT_MEM_FRACTION`` before).
     """
 

@@ -5,7 +5,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from test_browser import PHONE, base_url, browser  # noqa: F401 (the browser's fixtures)
+from test_browser import PHONE
 
 from remat_guide.site.plots import policy_style
 
