@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import pandas as pd
 
 from remat_guide import compare_policies
+from remat_guide.site import hardware
 
-__all__ = ["H200_FILES", "HARDWARE", "MEMORY_FIELDS", "PAGE_SIZES", "autotune_scratch", "donation", "h200_peaks",
+__all__ = ["H200_FILES", "MEMORY_FIELDS", "PAGE_SIZES", "autotune_scratch", "donation", "h200_peaks",
            "llama_state_bytes", "mlp_program", "probe", "probe_files", "probe_limits", "provenance"]
 
-HARDWARE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
 """The folder of real measurements (see its README)."""
 
 PAGE_SIZES = {"width": 1024, "depth": 4, "batch": 256}
@@ -81,11 +81,6 @@ def _predicted(row: dict[str, Any]) -> int:
             - row["alias_size_in_bytes"])
 
 
-@functools.cache
-def _read(path: pathlib.Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 H200_FILES = ("h200-2026-11-27.json", "h200-2026-11-27-llama1b-noat.json")
 """The H200 files whose programs were compiled on the device without autotuning (``run_noat``)."""
 
@@ -101,7 +96,7 @@ def h200_peaks(mode: str = "run_noat") -> pd.DataFrame:
     """
     rows = []
     for name in H200_FILES:
-        for row in _read(HARDWARE / name)["rows"]:
+        for row in hardware.measurement(hardware.FOLDER / name)["rows"]:
             if row["mode"] != mode:
                 continue
             predicted = _predicted(row)
@@ -115,7 +110,7 @@ def h200_peaks(mode: str = "run_noat") -> pd.DataFrame:
 
 def llama_state_bytes() -> int:
     """The measured 1B Llama step's arguments (``argument_size_in_bytes``), the same in every row."""
-    found = {row["argument_size_in_bytes"] for row in _read(HARDWARE / H200_FILES[1])["rows"]}
+    found = {row["argument_size_in_bytes"] for row in hardware.measurement(hardware.FOLDER / H200_FILES[1])["rows"]}
     if len(found) != 1:
         raise ValueError(f"the 1B step's rows have different arguments: {sorted(found)}")
     return found.pop()
@@ -129,9 +124,9 @@ def autotune_scratch() -> pd.DataFrame:
     ``scratch`` (their difference) and ``run_peak`` (after the run).
     """
     rows = []
-    for path in sorted(HARDWARE.glob("h200-*.json")):
+    for path in sorted(hardware.FOLDER.glob("h200-*.json")):
         # Only benchmarks/check_on_hardware.py's files: their rows name a mode.
-        for row in _read(path).get("rows", []):
+        for row in hardware.measurement(path).get("rows", []):
             if row.get("mode") in ("run", "time") and "peak_after_compile" in row:
                 rows.append({"file": path.name, "program": f"{row['cfg']} / {row['policy']}", "mode": row["mode"],
                              "in_use_args": row["in_use_args"], "compile_peak": row["peak_after_compile"],
@@ -142,7 +137,7 @@ def autotune_scratch() -> pd.DataFrame:
 
 def provenance(name: str) -> dict[str, str]:
     """A measurement file's device, software, method and date, as it records them."""
-    found = _read(HARDWARE / name)
+    found = hardware.measurement(hardware.FOLDER / name)
     software = found["software"]
     if isinstance(software, dict):
         software = ", ".join(f"{key} {value}" for key, value in software.items())
@@ -150,7 +145,7 @@ def provenance(name: str) -> dict[str, str]:
             "method": found["method"], "date": found["measured_on"]}
 
 
-def probe_files(folder: pathlib.Path = HARDWARE) -> list[pathlib.Path]:
+def probe_files(folder: pathlib.Path = hardware.FOLDER) -> list[pathlib.Path]:
     """The ``benchmarks/device_probe.py`` results in ``folder`` (``*-probe.json``), oldest first."""
     return sorted(folder.glob("*-probe.json"))
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import pathlib
 from typing import Any
 
 import jax
@@ -16,6 +14,7 @@ from remat_guide import compare_policies, plan_names, recommend_policy
 from remat_guide.compare import Comparison
 from remat_guide.fit import BatchFit, largest_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
+from remat_guide.site import hardware
 from remat_guide.targets import target
 
 __all__ = ["DEVICES_NEEDED", "MEASURED", "MEASURED_POLICIES", "PLANNED", "POLICIES", "SEARCHED", "SEQ",
@@ -241,9 +240,8 @@ def _setup(key: str) -> Setup:
     return next(setup for setup in SETUPS if setup.key == key)
 
 
-_HARDWARE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
-MEASURED = {"time": _HARDWARE / "h200-2026-11-27-llama1b-timed.json",
-            "memory": _HARDWARE / "h200-2026-11-27-llama1b-noat.json"}
+MEASURED = {"time": hardware.FOLDER / "h200-2026-11-27-llama1b-timed.json",
+            "memory": hardware.FOLDER / "h200-2026-11-27-llama1b-noat.json"}
 """The Llama 3.2 1B training steps measured on an H200 (see ``docs/_hardware/README.md``)."""
 
 
@@ -260,7 +258,7 @@ def _h200_rows() -> Comparison:
 
 def h200_software() -> str:
     """The JAX that ran the H200's measurements, as its files record it (``jax 0.11.2, ...``)."""
-    found = {json.loads(path.read_text(encoding="utf-8"))["software"] for path in MEASURED.values()}
+    found = {hardware.measurement(path)["software"] for path in MEASURED.values()}
     if len(found) != 1:
         raise ValueError(f"the H200's measurements ran on different software: {sorted(found)}")
     return found.pop().split(",")[0].replace("jax", "JAX")
@@ -278,7 +276,7 @@ def h200_check() -> pd.DataFrame:
     autotuning (arguments included). Time: the estimate against the median measured step
     (autotuning on), each also as a ratio to ``full``.
     """
-    measured = {kind: {r["policy"]: r for r in json.loads(path.read_text(encoding="utf-8"))["rows"]}
+    measured = {kind: {r["policy"]: r for r in hardware.measurement(path)["rows"]}
                 for kind, path in MEASURED.items()}
     names = [name for name in MEASURED_POLICIES if name in measured["time"]]
     by_name = {row.name: row for row in _h200_rows()}

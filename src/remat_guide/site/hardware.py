@@ -15,12 +15,13 @@ from remat_guide import models
 from remat_guide.site.stored import compile_ahead
 from remat_guide.targets import device_bytes, estimate_step, place
 
-__all__ = ["MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement"]
+__all__ = ["FOLDER", "MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement"]
 
-_FOLDER = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
-MEASUREMENT = _FOLDER / "h200-2026-11-27.json"
+FOLDER = pathlib.Path(__file__).resolve().parents[3] / "docs" / "_hardware"
+"""The measurements taken on real hardware, with their provenance (``docs/_hardware``)."""
+MEASUREMENT = FOLDER / "h200-2026-11-27.json"
 """The first measurement (memory of every program, step times of the largest size); see the folder's README."""
-TIMED = _FOLDER / "h200-2026-11-27-timed.json"
+TIMED = FOLDER / "h200-2026-11-27-timed.json"
 """A second run on an H200, by ``benchmarks/check_on_hardware.py``: step times of every size."""
 
 POLICIES = models.MEASURED_POLICIES
