@@ -42,12 +42,15 @@ export JAX_PLATFORMS ?= cpu
 # time compiles, so they set their own.
 export REMAT_GUIDE_CACHE_DIR := $(CURDIR)/$(BUILD)/.compiled
 # The figure store (docs/_figures): what XLA's TPU and GPU compilers produced for every
-# accelerator program of the pages and tests, kept in the repository so that no build compiles
-# one again. A build reads it first and records in $(BUILD)/figures what it read and what it
-# had to compile; `make figures` adds the latter, `make test` recompiles a sample of it.
-export REMAT_GUIDE_FIGURES := $(CURDIR)/docs/_figures
-export REMAT_GUIDE_FIGURES_LOG := $(CURDIR)/$(BUILD)/figures
-FIGURES := $(BIN)/python -m remat_guide.site.figure_store --store docs/_figures
+# accelerator program of the pages and tests, with each program's lowered text, kept in the
+# repository so that no build compiles one again. A build reads it first and records in
+# $(BUILD)/figures what it read and what it had to compile; `make figures` adds the latter.
+# Before the pages run, entries of another compiler than the installed one (after an upgrade)
+# are compiled again from their kept programs, one process per core.
+STORE ?= docs/_figures
+export REMAT_GUIDE_FIGURES := $(abspath $(STORE))
+export REMAT_GUIDE_FIGURES_LOG := $(abspath $(BUILD))/figures
+FIGURES := $(BIN)/python -m remat_guide.site.figure_store --store $(abspath $(STORE))
 # The seed of the sample that `make test` recompiles; a random one (printed) when empty.
 FIGURE_SEED ?=
 
@@ -57,7 +60,7 @@ FIGURE_SEED ?=
 PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile --durations=5
 
 .PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench \
-	figures verify-figures clean distclean
+	figures verify-figures reproduce-figure rehearse-upgrade clean distclean
 
 help:  ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -107,37 +110,52 @@ $(BUILD)/.inputs: $(STAMP) $(PACKAGE_SOURCES)
 	mkdir -p $(BUILD) && touch $@
 
 html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
+	$(FIGURES) refresh --log $(BUILD)/figures
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
 
 lint: $(STAMP)  ## Lint and check the import order of all Python code with ruff (configured in pyproject.toml).
 	$(BIN)/ruff check src tests benchmarks docs/_ext conf.py
 
 test: lint html chromium  ## Lint; build the site; run unit tests, doctests, site, link and browser checks; check reproducibility and the figure store.
-	@# The clean build of test-repro runs while pytest does, and compiles a sample of the
-	@# figure store's entries again; then no page or test may have compiled a program the
+	@# The clean build of test-repro and the recompile of a sample of the figure store's
+	@# entries run while pytest does; then no page or test may have compiled a program the
 	@# store lacks, and every sampled entry must have compiled to its stored figures.
 	@mkdir -p $(BUILD)
 	@$(FIGURES) sample --log $(BUILD)/figures --sample $(BUILD)/figure-sample.txt $(if $(FIGURE_SEED),--seed $(FIGURE_SEED))
-	@$(MAKE) --no-print-directory repro-check REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
-	  REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(BUILD)/figure-sample.txt > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
+	@$(FIGURES) verify --sample $(BUILD)/figure-sample.txt --jobs 1 > $(BUILD)/figure-sample.log 2>&1 & sample=$$!; \
+	$(MAKE) --no-print-directory repro-check REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
+	  > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
-	$(FIGURES) check --log $(BUILD)/figures --recheck-log $(REPRO)/_build/figures --sample $(BUILD)/figure-sample.txt; \
-	stored=$$?; [ $$tests = 0 ] && [ $$same = 0 ] && [ $$stored = 0 ]
+	wait $$sample; sampled=$$?; cat $(BUILD)/figure-sample.log; \
+	$(FIGURES) check --log $(BUILD)/figures --log $(REPRO)/_build/figures; \
+	stored=$$?; [ $$tests = 0 ] && [ $$same = 0 ] && [ $$sampled = 0 ] && [ $$stored = 0 ]
 
 figures: $(STAMP)  ## Add to docs/_figures what the last build compiled because the store lacked it; drop what no page or test read.
 	$(FIGURES) update --log $(BUILD)/figures
 
-# Every entry compiled again: the pages in a clean copy and the unit tests and doctests, each
-# store read compiled once more and compared (about as long as building with an empty store).
-VERIFY := $(BUILD)/verify
-verify-figures: $(STAMP) $(JAX_ENV_STAMP)  ## Compile every entry of the figure store again and compare it with what is stored.
-	rm -rf $(VERIFY) && mkdir -p $(VERIFY)/site && echo all > $(VERIFY)/recheck.txt
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(VERIFY)/site
-	export REMAT_GUIDE_FIGURES_RECHECK=$(CURDIR)/$(VERIFY)/recheck.txt REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(VERIFY)/log; \
-	(cd $(VERIFY)/site && $(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j auto -d _build/doctrees -c . docs _build/html) \
-	  && $(PYTEST) -q tests/unit src docs/_ext
-	$(FIGURES) verify --recheck-log $(VERIFY)/log
+# Every entry compiled again from its kept program, in one process per core, and compared;
+# no page runs. `make reproduce-figure KEY=<start of a key>` compiles one entry.
+verify-figures: $(STAMP)  ## Compile every entry of the figure store again from its kept program and compare it with what is stored.
+	$(FIGURES) verify
+
+reproduce-figure: $(STAMP)  ## Compile one entry of the figure store again (KEY=<the start of its key>) and compare.
+	$(FIGURES) reproduce $(KEY)
+
+# An upgrade of the compilers, rehearsed without changing a pin: REMAT_GUIDE_FIGURES_REHEARSAL
+# adds a word to every compiler's version, so every entry's key misses as after a new jaxlib,
+# libtpu or CUDA plugin. On a copy of the store, in $(BUILD)/rehearsal, it times the upgrade's
+# steps: make html (the refresh compiles every entry again; the pages run on an empty CPU
+# cache), make figures, make verify-figures. docs/_figures is left alone.
+REHEARSAL := $(BUILD)/rehearsal
+rehearse-upgrade: $(STAMP) $(JAX_ENV_STAMP)  ## Rehearse a compiler upgrade on a copy of the figure store: make html, figures and verify-figures, timed.
+	rm -rf $(REHEARSAL) && mkdir -p $(REHEARSAL) && cp -r $(STORE) $(REHEARSAL)/store
+	@set -e; export REMAT_GUIDE_FIGURES_REHEARSAL=upgrade; \
+	for step in html figures verify-figures; do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$step BUILD=$(REHEARSAL)/build STORE=$(REHEARSAL)/store; \
+	  echo "rehearse-upgrade: make $$step took $$(( $$(date +%s) - start )) s" | tee -a $(REHEARSAL)/times.txt; \
+	done; cat $(REHEARSAL)/times.txt
 
 test-unit: lint $(JAX_ENV_STAMP)  ## Lint, then only the unit tests (tests/unit) and doctests, which need no built site.
 	$(PYTEST) tests/unit src docs/_ext

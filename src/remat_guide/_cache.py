@@ -18,10 +18,11 @@ from typing import Any
 
 import jax
 
+from remat_guide import _jax_internals as jax_internals
 from remat_guide import _roofline as roofline
 from remat_guide import _store as store
 
-__all__ = ["ENVIRONMENT_VARIABLE", "captured_stderr", "compile_unrun", "compiler_version", "figures",
+__all__ = ["ENVIRONMENT_VARIABLE", "captured_stderr", "compile_entry", "compile_unrun", "compiler_version", "figures",
            "instruction_counts", "target_figures", "unrun_options"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
@@ -121,7 +122,9 @@ def compiler_version(platform: str) -> str:
     """The packages, with their versions, whose compiler compiles for ``platform`` (``"tpu"``, ``"cuda"``)."""
     plugin = {"tpu": "libtpu", "cuda": "jax-cuda12-plugin"}.get(platform)
     packages = ["jaxlib"] + ([plugin] if plugin else [])
-    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in packages)
+    version = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in packages)
+    rehearsal = os.environ.get(store.REHEARSAL_VARIABLE, "")
+    return f"{version}, rehearsal {rehearsal}" if rehearsal else version
 
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%\S+ = .*? ([a-z][\w-]*)\(", re.MULTILINE)
@@ -163,12 +166,17 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
     compiler refuses gives its error message instead; with ``log``, the lines XLA logged
     while compiling are kept too (they never reach stderr).
     """
+    return _figures_of(lambda: lowered.compile(compiler_options=options) if options else lowered.compile(),
+                       log, platform)
+
+
+def _figures_of(compile_: Callable[[], Any], log: bool, platform: str) -> dict[str, Any]:
     figures: dict[str, Any] = {"memory": None, "cost": None, "instructions": None}
     # Always captured: XLA's TPU compiler logs warnings (it could not rematerialize enough)
     # that would otherwise reach a notebook's output on the first build only.
     with captured_stderr() as text:
         try:
-            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+            compiled = compile_()
         except jax.errors.JaxRuntimeError as error:
             figures["error"] = str(error)
     if log:
@@ -185,6 +193,39 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
     if platform == "cuda":
         figures["kernels"] = roofline.kernels(text)
     return figures
+
+
+def compile_entry(entry: dict[str, Any], text: str, platform: str, devices: Any) -> dict[str, Any]:
+    """A store entry's program compiled again from its kept text, by the installed compiler: the new entry.
+
+    Args:
+        entry: A store entry with its compile arguments (``entry["compile"]``).
+        text: The lowered program the entry's key was made from.
+        platform: The platform of the entry's target (``"tpu"``, ``"cuda"``).
+        devices: The target's devices, among them those whose ids ``entry["compile"]`` lists.
+
+    Returns:
+        The entry, with the installed compiler, the key it has for that compiler and the
+        figures it compiled to (an ``"error"`` where the compiler refused it).
+    """
+    compiler = compiler_version(platform)
+    settings = dict(entry["options"])
+    log = bool(settings.pop("log", False))
+    flags = settings.pop("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    if flags != os.environ.get("XLA_FLAGS", ""):
+        raise ValueError(f"entry {entry['key'][:16]} was compiled with XLA_FLAGS={flags!r}: compile it in a "
+                         f"process started with them")
+    remat_pass = settings.pop("jax_compiler_enable_remat_pass", True)
+    arguments = entry["compile"]
+    saved = jax.config.jax_compiler_enable_remat_pass
+    jax.config.update("jax_compiler_enable_remat_pass", remat_pass)
+    try:
+        figures = _figures_of(lambda: jax_internals.compile_text(text, devices, arguments, settings), log,
+                              platform)
+    finally:
+        jax.config.update("jax_compiler_enable_remat_pass", saved)
+    key = store.entry_key(entry["target"], compiler, entry["options"], text)
+    return {**store.identity_of(entry), "key": key, "compiler": compiler, **figures}
 
 
 def instruction_counts(text: str) -> dict[str, int]:
@@ -217,9 +258,9 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     With ``REMAT_GUIDE_FIGURES`` naming the store's folder (the site's build sets it), the
     store is read first, by the program's text, the target, the compiler's version and the
     options; a program it lacks is compiled and recorded in the build's log
-    (``REMAT_GUIDE_FIGURES_LOG``), from which ``make figures`` adds it. A key listed in
-    ``REMAT_GUIDE_FIGURES_RECHECK`` is compiled again and compared with the store. Without
-    a store, the figures are kept in the ``REMAT_GUIDE_CACHE_DIR`` cache, if one is set.
+    (``REMAT_GUIDE_FIGURES_LOG``) with its text and compile arguments, from which ``make
+    figures`` adds it. Without a store, the figures are kept in the ``REMAT_GUIDE_CACHE_DIR``
+    cache, if one is set.
     """
     options = dict(options or {})
     settings = _settings(options)
@@ -238,23 +279,18 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     entry = store.load(folder).get(key) if folder.is_dir() else None
     if entry is not None and platform == "cuda" and not {"kernels", "error"} & entry.keys():
         entry = None  # kept before the store held a GPU program's kernels: compiled again, as a miss
+    in_store = entry is not None
     if entry is None and build_log is not None:
         entry = build_log.find_missed(key)
     if entry is None:
         entry = {"key": key, "target": target, "compiler": compiler, "options": settings,
-                 "program": store.program_name(text), **_compile_figures(lowered, options, log, platform)}
+                 "program": store.program_name(text), "compile": jax_internals.compile_arguments(lowered),
+                 **_compile_figures(lowered, options, log, platform)}
         entry["check"] = store.digest(entry)
         if build_log is not None:
-            build_log.missed({**entry, "where": who})
-    else:
-        recheck = store.recheck_keys()
-        if build_log is not None and (recheck == "all" or key in recheck):
-            again = _compile_figures(lowered, options, log, platform)
-            stored = store.figures_of(entry)
-            build_log.rechecked(key, {
-                "target": target, "program": entry["program"], "where": who, "same": again == stored,
-                "differences": {part: {"stored": stored[part], "compiled": again[part]}
-                                for part in stored if stored[part] != again[part]}})
+            build_log.missed({**entry, "where": who}, text)
+    elif build_log is not None and in_store and ("compile" not in entry or not store.has_program(folder, key)):
+        build_log.completed({**entry, "compile": jax_internals.compile_arguments(lowered), "where": who}, text)
     if build_log is not None:
         build_log.read(key, who)
     return _raise_error(store.figures_of(entry))

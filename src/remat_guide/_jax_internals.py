@@ -9,14 +9,19 @@ import jax.extend.backend
 # XLA's cost analysis of one HLO computation: count_flops costs each loop body on its own.
 # JAX exposes cost analysis only for a whole compiled program (Compiled.cost_analysis), and
 # no public function parses HLO text, so both come from jaxlib's extension modules.
+from jax._src.interpreters import mlir, pxla
 from jax._src.lib import _jax
 from jaxlib import _hlo
 
-__all__ = ["REQUIRED", "hlo_flops", "scan_operands", "traceback_frames"]
+__all__ = ["REQUIRED", "compile_arguments", "compile_text", "hlo_flops", "scan_operands", "traceback_frames"]
 
 REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
     "jax._src.lib._jax.hlo_module_cost_analysis": (_jax, "hlo_module_cost_analysis"),
+    "jax._src.lib._jax.DeviceList": (_jax, "DeviceList"),
+    "jax._src.interpreters.pxla.get_prop_to_input_output": (pxla, "get_prop_to_input_output"),
+    "jax._src.interpreters.pxla._cached_compilation": (pxla, "_cached_compilation"),
+    "jax._src.interpreters.mlir.make_ir_context": (mlir, "make_ir_context"),
 }
 """The internal functions this module calls, as dotted names mapped to ``(module, attribute)``.
 
@@ -111,3 +116,98 @@ def traceback_frames(source_info: Any) -> list[tuple[str, str, int]]:
     if traceback is None:
         return []
     return [(frame.file_name, frame.function_name, frame.line_num) for frame in traceback.frames]
+
+
+def compile_arguments(lowered: Any) -> dict[str, Any]:
+    """What ``lowered.compile()`` passes XLA besides the program's text and the options given to it.
+
+    JAX's ``Lowered`` keeps them in its private lowering: the devices the program was
+    lowered for (by id, in the order of the device assignment), whether its arguments go as
+    one tuple, where XLA may choose an input's or output's sharding, and the compile options
+    of the ``jax.jit`` call. With the program's text they are all :func:`compile_text` needs.
+
+    Args:
+        lowered: A ``jax.stages.Lowered`` of a ``jax.jit`` function.
+
+    Returns:
+        A JSON-serialisable dict.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide._jax_internals import compile_arguments
+        >>> arguments = compile_arguments(jax.jit(lambda x: 2.0 * x).lower(1.0))
+        >>> arguments["devices"], arguments["propagate_to_outputs"]
+        ([0], [True])
+    """
+    lowering = lowered._lowering
+    args = lowering.compile_args
+    to_inputs, to_outputs = pxla.get_prop_to_input_output(
+        args["in_shardings"], args["out_shardings"], len(args["ordered_effects"]))
+    return {"devices": [device.id for device in lowering._device_list],
+            "tuple_args": bool(args["tuple_args"]),
+            "propagate_to_inputs": [bool(flag) for flag in to_inputs],
+            "propagate_to_outputs": [bool(flag) for flag in to_outputs],
+            "jit_options": [list(pair) for pair in lowering._compiler_options_kvs]}
+
+
+class CompiledText:
+    """A program compiled by :func:`compile_text`, read as ``jax.stages.Compiled`` reads one."""
+
+    def __init__(self, executable: Any) -> None:
+        self._executable = executable
+
+    def memory_analysis(self) -> Any:
+        return self._executable.get_compiled_memory_stats()
+
+    def cost_analysis(self) -> dict[str, float] | None:
+        """XLA's cost analysis; ``None`` where the compiler gives none, as on a GPU."""
+        try:
+            return self._executable.cost_analysis()
+        except _jax.JaxRuntimeError as error:
+            if str(error).startswith("UNIMPLEMENTED"):
+                return None
+            raise
+
+    def as_text(self) -> str:
+        """The optimized HLO, as ``jax.stages.Compiled.as_text`` gives it."""
+        if hasattr(self._executable, "get_hlo_text"):
+            return self._executable.get_hlo_text()
+        return "\n\n".join(module.to_string() for module in self._executable.hlo_modules())
+
+
+def compile_text(text: str, devices: Any, arguments: dict[str, Any], options: dict[str, Any]) -> CompiledText:
+    """Compiles a lowered program from its text, as ``lowered.compile(compiler_options=options)`` did.
+
+    ``jax.stages.Lowered`` has no public constructor from a program's text, so this calls
+    the function its ``compile`` calls, ``pxla._cached_compilation``, with what
+    :func:`compile_arguments` kept.
+
+    Args:
+        text: ``lowered.as_text()``.
+        devices: The devices whose ids ``arguments["devices"]`` lists, in any order.
+        arguments: :func:`compile_arguments` of the lowered program.
+        options: The ``compiler_options`` given to ``compile``.
+
+    Returns:
+        The compiled program, with ``memory_analysis()``, ``cost_analysis()`` and ``as_text()``.
+
+    Raises:
+        jax.errors.JaxRuntimeError: If the compiler refuses the program.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide._jax_internals import compile_arguments, compile_text
+        >>> lowered = jax.jit(lambda x: 2.0 * x).lower(1.0)
+        >>> again = compile_text(lowered.as_text(), jax.devices(), compile_arguments(lowered), {})
+        >>> again.memory_analysis().output_size_in_bytes == lowered.compile().memory_analysis().output_size_in_bytes
+        True
+    """
+    by_id = {device.id: device for device in devices}
+    device_list = _jax.DeviceList(tuple(by_id[number] for number in arguments["devices"]))
+    kvs = tuple(tuple(pair) for pair in arguments["jit_options"]) + tuple(options.items())
+    with mlir.make_ir_context():
+        module = mlir.ir.Module.parse(text)
+        executable = pxla._cached_compilation(
+            module, "stored", arguments["tuple_args"], tuple(arguments["propagate_to_inputs"]),
+            tuple(arguments["propagate_to_outputs"]), (), device_list[0].client, device_list, kvs, None)
+    return CompiledText(executable)

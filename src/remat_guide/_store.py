@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import lzma
 import os
 import pathlib
 import re
@@ -12,9 +13,9 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "RECHECK_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
-           "digest", "entry_key", "figures_of", "load", "log", "program_name", "recheck_keys", "start_page",
-           "store_folder", "write", "write_json"]
+__all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log",
+           "StoreError", "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log",
+           "program_name", "read_program", "start_page", "store_folder", "write", "write_json", "write_program"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -22,8 +23,10 @@ LOG_VARIABLE = "REMAT_GUIDE_FIGURES_LOG"
 """Names a folder where a build records what it read from the store and what it had to compile."""
 PAGE_VARIABLE = "REMAT_GUIDE_PAGE"
 """Names who is compiling (a page of the site, a test file): recorded with every read and miss."""
-RECHECK_VARIABLE = "REMAT_GUIDE_FIGURES_RECHECK"
-"""Names a file of store keys (one a line, or the word ``all``) to compile again when read, and compare."""
+REHEARSAL_VARIABLE = "REMAT_GUIDE_FIGURES_REHEARSAL"
+"""Set to a word, it is added to every compiler's version in the keys: every entry misses, as after an upgrade."""
+PROGRAMS = "programs"
+"""The store's folder of lowered programs, one ``<key>.mlir.xz`` each: enough to compile an entry again."""
 
 _MODULE = re.compile(r"^module @([\w.$-]+)", re.MULTILINE)
 
@@ -67,6 +70,12 @@ def program_name(text: str) -> str:
 def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
     """The compiler's output in an entry: what a recompile must reproduce exactly."""
     fields = ("memory", "cost", "instructions", "kernels", "error", "log")
+    return {field: entry[field] for field in fields if field in entry}
+
+
+def identity_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """What an entry says was compiled: its key, target, compiler, options and how ``compile`` was called."""
+    fields = ("key", "target", "compiler", "options", "program", "compile")
     return {field: entry[field] for field in fields if field in entry}
 
 
@@ -128,6 +137,32 @@ def write(folder: pathlib.Path, entries: Iterable[dict[str, Any]]) -> None:
         (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_program(folder: pathlib.Path, key: str, text: str) -> pathlib.Path:
+    """Keeps a lowered program's text, compressed, as ``<folder>/programs/<key>.mlir.xz``; several processes
+    may write at once."""
+    path = folder / PROGRAMS / f"{key}.mlir.xz"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as file:
+            file.write(lzma.compress(text.encode(), preset=9 | lzma.PRESET_EXTREME))
+        os.chmod(file.name, 0o644)
+        os.replace(file.name, path)
+    return path
+
+
+def has_program(folder: pathlib.Path, key: str) -> bool:
+    """Whether ``folder`` (a store, or a build's log) keeps the lowered program of ``key``."""
+    return (folder / PROGRAMS / f"{key}.mlir.xz").is_file()
+
+
+def read_program(folder: pathlib.Path, key: str) -> str | None:
+    """The lowered program kept for ``key`` in ``folder`` (a store, or a build's log); ``None`` if none is."""
+    try:
+        return lzma.decompress((folder / PROGRAMS / f"{key}.mlir.xz").read_bytes()).decode()
+    except OSError:
+        return None
+
+
 def write_json(path: pathlib.Path, value: Any) -> None:
     """Writes ``value`` to ``path`` whole or not at all; several processes may write at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,12 +176,13 @@ def _safe(name: str) -> str:
 
 
 class Log:
-    """A build's record of the store: the keys each page or test read, what it compiled, what it rechecked.
+    """A build's record of the store: the keys each page or test read, what it compiled.
 
     ``read/<who>.txt`` lists the keys that a page (or test file) read, and the processes it
     started, emptied by :meth:`start` when it runs again; ``missed/<key>.json`` holds each
     entry compiled because the store lacked it (also read back by later processes of the same
-    build); ``rechecked/<key>.json`` says whether a recompile matched the store.
+    build), and ``programs/<key>.mlir.xz`` its program; ``replaced/<key>.json`` names the
+    entry, compiled by the installed compiler, that replaces a stored entry of another.
     """
 
     def __init__(self, folder: pathlib.Path) -> None:
@@ -163,8 +199,20 @@ class Log:
         with open(path, "a", encoding="utf-8") as file:
             file.write(f"{key}\n")
 
-    def missed(self, entry: dict[str, Any]) -> None:
+    def missed(self, entry: dict[str, Any], text: str) -> None:
+        """Records an entry compiled because the store lacked it, with its program."""
+        write_program(self.folder, entry["key"], text)
         write_json(self.folder / "missed" / f"{entry['key']}.json", entry)
+
+    def completed(self, entry: dict[str, Any], text: str) -> None:
+        """Records a stored entry read without its program or its compile arguments, with them: ``make figures``
+        completes the store from it."""
+        write_program(self.folder, entry["key"], text)
+        write_json(self.folder / "completed" / f"{entry['key']}.json", entry)
+
+    def all_completed(self) -> list[dict[str, Any]]:
+        return [json.loads(path.read_text(encoding="utf-8"))
+                for path in sorted((self.folder / "completed").glob("*.json"))]
 
     def find_missed(self, key: str) -> dict[str, Any] | None:
         try:
@@ -172,16 +220,17 @@ class Log:
         except (OSError, ValueError):
             return None
 
-    def rechecked(self, key: str, result: dict[str, Any]) -> None:
-        write_json(self.folder / "rechecked" / f"{key}.json", result)
+    def replaced(self, old: str, new: str) -> None:
+        write_json(self.folder / "replaced" / f"{old}.json", new)
+
+    def all_replaced(self) -> dict[str, str]:
+        """The stored entries that a recompile for the installed compiler replaced: old key to new key."""
+        return {path.stem: json.loads(path.read_text(encoding="utf-8"))
+                for path in sorted((self.folder / "replaced").glob("*.json"))}
 
     def all_missed(self) -> list[dict[str, Any]]:
         return [json.loads(path.read_text(encoding="utf-8"))
                 for path in sorted((self.folder / "missed").glob("*.json"))]
-
-    def all_rechecked(self) -> dict[str, dict[str, Any]]:
-        return {path.stem: json.loads(path.read_text(encoding="utf-8"))
-                for path in sorted((self.folder / "rechecked").glob("*.json"))}
 
     def reads(self) -> dict[str, set[str]]:
         """The keys read, by who read them."""
@@ -209,15 +258,3 @@ def log() -> Log | None:
     """This process's log, in the folder ``REMAT_GUIDE_FIGURES_LOG`` names; ``None`` when it is unset."""
     value = os.environ.get(LOG_VARIABLE, "")
     return Log(pathlib.Path(value)) if value else None
-
-
-@functools.cache
-def _recheck_file(value: str) -> frozenset[str] | str:
-    text = pathlib.Path(value).read_text(encoding="utf-8")
-    return "all" if text.strip() == "all" else frozenset(text.split())
-
-
-def recheck_keys() -> frozenset[str] | str:
-    """The keys to compile again when read (``"all"`` for every one), from ``REMAT_GUIDE_FIGURES_RECHECK``."""
-    value = os.environ.get(RECHECK_VARIABLE, "")
-    return _recheck_file(value) if value else frozenset()

@@ -7,7 +7,10 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from helpers import counting_compiles
 from remat_guide import _store as store
@@ -16,7 +19,7 @@ from remat_guide._cache import target_figures
 from remat_guide.models import mlp_args, mlp_scan_loss
 from remat_guide.site import figure_store
 from remat_guide.site.stored import compile_ahead
-from remat_guide.targets import place
+from remat_guide.targets import place, target_devices
 
 ARGS = mlp_args(layers=2, n=32, d=16)
 POLICIES = ["nothing_saveable"]
@@ -28,7 +31,7 @@ def site_store(tmp_path, monkeypatch):
     monkeypatch.setenv(store.STORE_VARIABLE, str(tmp_path / "store"))
     monkeypatch.setenv(store.LOG_VARIABLE, str(tmp_path / "log"))
     monkeypatch.setenv(store.PAGE_VARIABLE, "probe")
-    monkeypatch.delenv(store.RECHECK_VARIABLE, raising=False)
+    monkeypatch.delenv(store.REHEARSAL_VARIABLE, raising=False)
     monkeypatch.delenv("REMAT_GUIDE_PAGE_STARTED", raising=False)
     monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
     store.load.cache_clear()
@@ -105,8 +108,8 @@ def test_a_number_changed_by_hand_fails_the_load_and_names_the_entry(site_store)
         store.load(site_store / "store")
 
 
-def test_a_recompile_that_differs_fails_the_check_and_names_the_entry(site_store, monkeypatch, capsys):
-    """Figures that no longer match the compiler (here: forged with a valid digest) fail make test's check."""
+def test_a_recompile_that_differs_fails_verification_and_names_the_entry(site_store, capsys):
+    """Figures that no longer match the compiler (here: forged with a valid digest) fail the recompile."""
     compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
     make_figures(site_store)
     (key,) = store.load(site_store / "store")
@@ -118,39 +121,98 @@ def test_a_recompile_that_differs_fails_the_check_and_names_the_entry(site_store
     assert figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 7, sample) == 0
     assert sample.read_text().split() == [key]
     assert "seed 7" in capsys.readouterr().out
-    monkeypatch.setenv(store.RECHECK_VARIABLE, str(sample))
-    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "recheck"))
-    ahead = compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
-    assert ahead.memory_analysis().temp_size_in_bytes == entry["memory"]["temp_size_in_bytes"]
-    result = store.Log(site_store / "recheck").all_rechecked()[key]
-    assert not result["same"] and list(result["differences"]) == ["memory"]
-    code = figure_store.check(site_store / "store", store.Log(site_store / "log"),
-                              store.Log(site_store / "recheck"), sample)
-    assert code == 1
-    assert f"entry {key[:16]} (jit__lambda for tpu-v5e" in capsys.readouterr().err
+    assert figure_store.verify(site_store / "store", sample.read_text().split(), jobs=1) == 1
+    err = capsys.readouterr().err
+    assert f"entry {key[:16]} (jit__lambda for tpu-v5e" in err and "differs from a fresh compile in its memory" in err
+    assert f"'temp_size_in_bytes': {entry['memory']['temp_size_in_bytes']}" in err
 
 
-def test_an_honest_store_passes_the_check(site_store, monkeypatch, capsys):
+def test_an_honest_store_passes_verification_and_the_check(site_store, capsys):
+    compile_ahead(lowered_for("h100"), "h100")
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e", log=True)
+    make_figures(site_store)
+    assert figure_store.verify(site_store / "store", jobs=2) == 0
+    assert "all 2 entries compiled again to the same figures" in capsys.readouterr().out
+    assert figure_store.check(site_store / "store", [store.Log(site_store / "log")]) == 0
+
+
+def test_each_entry_keeps_its_program_and_how_it_was_compiled(site_store):
+    """Enough to compile it again alone: the lowered text and the arguments of compile, here of a sharded step."""
+    mesh = jax.sharding.Mesh(np.array(target_devices("tpu-v5p", 8)).reshape(4, 2), ("data", "model"))
+    w = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P("data", "model")))
+    x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    step = jax.jit(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.tanh(x @ w).sum())(w), donate_argnums=0)
+    lowered = step.lower(w, x)
+    compile_ahead(lowered, "tpu-v5p")
+    make_figures(site_store)
+    (entry,) = store.load(site_store / "store").values()
+    assert store.read_program(site_store / "store", entry["key"]) == lowered.as_text()
+    assert sorted(entry["compile"]["devices"]) == list(range(8))
+    assert entry["compile"]["propagate_to_outputs"] == [True]
+    program = site_store / "store" / "programs" / f"{entry['key']}.mlir.xz"
+    assert program.stat().st_size < len(lowered.as_text())
+    assert figure_store.verify(site_store / "store", jobs=1) == 0
+
+
+def test_a_kept_program_that_is_not_the_keyed_one_fails_verification(site_store, capsys):
+    compile_ahead(lowered_for("h100"), "h100")
+    compile_ahead(lowered_for("h100", scale=3.0), "h100")
+    make_figures(site_store)
+    first, second = sorted(store.load(site_store / "store"))
+    programs = site_store / "store" / "programs"
+    (programs / f"{second}.mlir.xz").write_bytes((programs / f"{first}.mlir.xz").read_bytes())
+    assert figure_store.verify(site_store / "store", jobs=1) == 1
+    assert f"entry {second[:16]} (jit__lambda for h100" in capsys.readouterr().err
+
+
+def test_an_entry_read_without_its_program_fails_the_check_until_make_figures_completes_it(site_store, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     make_figures(site_store)
-    sample = site_store / "sample.txt"
-    figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 1, sample)
-    monkeypatch.setenv(store.RECHECK_VARIABLE, str(sample))
-    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "recheck"))
+    (key,) = store.load(site_store / "store")
+    (site_store / "store" / "programs" / f"{key}.mlir.xz").unlink()
+    assert figure_store.verify(site_store / "store", jobs=1) == 1
+    assert "keeps no program to compile again" in capsys.readouterr().err
+    with counting_compiles() as compiles:
+        compile_ahead(lowered_for("h100"), "h100")
+    assert not compiles
+    assert figure_store.check(site_store / "store", [store.Log(site_store / "log")]) == 1
+    assert "probe read jit__lambda for h100" in capsys.readouterr().err
+    make_figures(site_store)
+    assert store.has_program(site_store / "store", key)
+    assert figure_store.check(site_store / "store", [store.Log(site_store / "log")]) == 0
+
+
+def test_an_upgrade_rehearsal_misses_every_entry_and_the_refresh_compiles_them_before_the_pages(
+        site_store, monkeypatch, capsys):
     compile_ahead(lowered_for("h100"), "h100")
-    assert figure_store.check(site_store / "store", store.Log(site_store / "log"),
-                              store.Log(site_store / "recheck"), sample) == 0
-    assert "1 sampled entries compiled again to the same figures" in capsys.readouterr().out
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e", log=True)
+    make_figures(site_store)
+    old = set(store.load(site_store / "store"))
+    monkeypatch.setenv(store.REHEARSAL_VARIABLE, "upgrade")
+    assert figure_store.verify(site_store / "store", jobs=1) == 1  # the installed compiler 'is' another
+    assert "was compiled by another compiler" in capsys.readouterr().err
+    log = store.Log(site_store / "log")
+    assert figure_store.refresh(site_store / "store", log, jobs=2) == 0
+    assert "2 entries were compiled by another compiler" in capsys.readouterr().out
+    assert {e["compiler"].endswith("rehearsal upgrade") for e in log.all_missed()} == {True}
+    with counting_compiles() as compiles:  # the pages read what the refresh compiled
+        compile_ahead(lowered_for("h100"), "h100")
+        compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e", log=True)
+    assert not compiles
+    assert figure_store.refresh(site_store / "store", log, jobs=2) == 0  # done already: nothing to do
+    assert capsys.readouterr().out == ""
+    make_figures(site_store)
+    new = set(store.load(site_store / "store"))
+    assert len(new) == 2 and not new & old
+    assert sorted(p.name for p in (site_store / "store" / "programs").iterdir()) == sorted(f"{k}.mlir.xz" for k in new)
+    assert figure_store.verify(site_store / "store", jobs=2) == 0
 
 
 def test_a_program_the_store_lacks_fails_the_check_naming_the_page(site_store, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     make_figures(site_store)
     compile_ahead(lowered_for("h100", scale=5.0), "h100")
-    sample = site_store / "sample.txt"
-    sample.write_text("")
-    code = figure_store.check(site_store / "store", store.Log(site_store / "log"),
-                              store.Log(site_store / "recheck"), sample)
+    code = figure_store.check(site_store / "store", [store.Log(site_store / "log"), store.Log(site_store / "repro")])
     assert code == 1
     assert "probe compiled jit__lambda for h100" in capsys.readouterr().err
 
@@ -172,6 +234,8 @@ def test_make_figures_drops_what_no_page_read(site_store, monkeypatch):
     store.load.cache_clear()
     assert [e["target"] for e in store.load(site_store / "store").values()] == ["h100"]
     assert not (site_store / "store" / "tpu-v5e.jsonl").exists()
+    assert [p.name for p in (site_store / "store" / "programs").iterdir()] == [
+        f"{key}.mlir.xz" for key in store.load(site_store / "store")]
 
 
 def test_the_store_is_sorted_and_written_the_same_every_time(site_store):
@@ -186,7 +250,7 @@ def test_the_store_is_sorted_and_written_the_same_every_time(site_store):
     assert path.read_text() == text
 
 
-def test_a_refused_program_is_stored_and_raises_as_the_compiler_did(site_store):
+def test_a_refused_program_is_stored_and_raises_as_the_compiler_did(site_store, capsys):
     huge = jax.ShapeDtypeStruct((1 << 17, 1 << 17), jnp.float32)
     lowered = jax.jit(lambda a: (a @ a).sum()).lower(place(huge, "tpu-v5e"))
     with pytest.raises(jax.errors.JaxRuntimeError) as direct:
@@ -198,6 +262,8 @@ def test_a_refused_program_is_stored_and_raises_as_the_compiler_did(site_store):
         compile_ahead(lowered, "tpu-v5e")
     assert not compiles
     assert str(direct.value) == str(first.value) == str(stored.value)
+    assert figure_store.verify(site_store / "store", jobs=1) == 0  # refused again, with the same message
+    assert "1 of them refusals" in capsys.readouterr().out
 
 
 def test_without_a_store_target_figures_compile(tmp_path, monkeypatch):

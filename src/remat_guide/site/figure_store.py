@@ -1,17 +1,23 @@
-"""The figure store's commands: ``make figures``, the sample that ``make test`` recompiles, ``make verify-figures``."""
+"""The figure store's commands: ``make figures``, ``make verify-figures``, the refresh before a build, the checks."""
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
+import os
 import pathlib
 import random
+import shutil
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from remat_guide import _store as store
 
-__all__ = ["check", "compiler_family", "draw_sample", "main", "update", "verify"]
+__all__ = ["check", "compiler_family", "draw_sample", "main", "recompile", "refresh", "reproduce", "update",
+           "verify"]
 
 SAMPLE_PER_COMPILER = 3
 
@@ -39,28 +45,228 @@ def _read_keys(log: store.Log, pages_only: bool = False) -> set[str]:
     return {key for who, keys in log.reads().items() if not pages_only or _is_page(who) for key in keys}
 
 
+def _installed_compiler(entry: dict[str, Any]) -> str:
+    from remat_guide._cache import compiler_version
+    from remat_guide.targets import target
+
+    return compiler_version(target(entry["target"]).platform)
+
+
+# Compiling entries again, in worker processes ------------------------------------------------------------
+
+
+def _start_worker() -> None:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _compile_in_worker(entry: dict[str, Any], text: str) -> tuple[dict[str, Any], float]:
+    from remat_guide._cache import compile_entry
+    from remat_guide.targets import target, target_devices
+
+    started = time.perf_counter()
+    chosen = target(entry["target"])
+    devices = target_devices(chosen, len(entry["compile"]["devices"]))
+    compiled = compile_entry(entry, text, chosen.platform, devices)
+    return compiled, time.perf_counter() - started
+
+
+def _jobs(jobs: int | None) -> int:
+    return max(1, jobs or len(os.sched_getaffinity(0)))
+
+
+def recompile(work: Sequence[tuple[dict[str, Any], str]], jobs: int | None,
+              done: Callable[[dict[str, Any], dict[str, Any], float, str], None]) -> None:
+    """Compiles each ``(entry, program text)`` again in ``jobs`` worker processes (one per core when ``None``).
+
+    The longest programs start first. ``done(entry, compiled, seconds, progress)`` is called in
+    this process as each finishes, with the new entry (see ``remat_guide._cache.compile_entry``).
+    """
+    ordered = sorted(work, key=lambda item: -len(item[1]))
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(_jobs(jobs), mp_context=context, initializer=_start_worker) as pool:
+        running = {pool.submit(_compile_in_worker, entry, text): entry for entry, text in ordered}
+        for number, future in enumerate(concurrent.futures.as_completed(running), start=1):
+            compiled, seconds = future.result()
+            done(running[future], compiled, seconds, f"[{number:>{len(str(len(ordered)))}}/{len(ordered)}]")
+
+
+def _outcome(figures: dict[str, Any]) -> str:
+    """A few words on what a compile gave: a refusal's figure, or the memory it plans."""
+    from remat_guide._measure import refused_bytes
+
+    if "error" in figures:
+        needed = refused_bytes(figures["error"])
+        return "refused" + (f", needs {needed / 2**30:.2f} GiB" if needed is not None else "")
+    memory = figures["memory"]
+    return f"temp {memory['temp_size_in_bytes'] / 2**30:.3f} GiB"
+
+
+def _slowest(times: dict[str, tuple[float, dict[str, Any]]], count: int = 5) -> list[str]:
+    ranked = sorted(times.items(), key=lambda item: -item[1][0])[:count]
+    return [f"{seconds:7.1f} s  {_describe(key, entry)}, {_outcome(entry)}" for key, (seconds, entry) in ranked]
+
+
+def _programs(store_dir: pathlib.Path, entries: Iterable[dict[str, Any]]) -> tuple[list[tuple[dict[str, Any], str]],
+                                                                                   list[str]]:
+    """Each entry with its kept program, and the problems of those that have none (or no compile arguments)."""
+    work, problems = [], []
+    for entry in entries:
+        text = store.read_program(store_dir, entry["key"])
+        if text is None or "compile" not in entry:
+            problems.append(f"entry {_describe(entry['key'], entry)} keeps no program to compile again: run a "
+                            "build that reads it, then `make figures`")
+        else:
+            work.append((entry, text))
+    return work, problems
+
+
+# The commands -----------------------------------------------------------------------------------------------
+
+
 def update(store_dir: pathlib.Path, log: store.Log) -> int:
-    """``make figures``: adds what the build compiled and the store lacked, drops what no page or test read."""
+    """``make figures``: adds what the build compiled and the store lacked, drops what no page or test read.
+
+    Entries that a build completed with their programs are kept with them; entries that the
+    refresh before a build replaced (compiled again by a newly installed compiler) are dropped.
+    """
     entries = store.load(store_dir) if store_dir.is_dir() else {}
     missed = {entry["key"]: entry for entry in log.all_missed()}
+    completed = {entry["key"]: entry for entry in log.all_completed() if entry["key"] in entries}
+    replaced = log.all_replaced()
     read = _read_keys(log)
     if not read and not missed:
-        print(f"figure store: {log.folder} records no build; run `make test` first", file=sys.stderr)
+        print(f"figure store: {log.folder} records no build; run `make html` or `make test` first", file=sys.stderr)
         return 1
     readers = log.reads()
     whole = any(not _is_page(who) for who in readers) and any(_is_page(who) for who in readers)
-    kept = {key: entry for key, entry in entries.items() if key in read or not whole}
+    kept = {key: entry for key, entry in entries.items()
+            if (key in read or not whole) and not (key in replaced and replaced[key] in missed)}
     dropped = len(entries) - len(kept)
+    kept.update({key: entry for key, entry in completed.items() if key in kept})
     kept.update(missed)
+    for key in {**missed, **completed}:
+        if key in kept and not store.has_program(store_dir, key):
+            target = store_dir / store.PROGRAMS / f"{key}.mlir.xz"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log.folder / store.PROGRAMS / f"{key}.mlir.xz", target)
     store.write(store_dir, kept.values())
-    for path in (log.folder / "missed").glob("*.json"):
-        path.unlink()
-    print(f"figure store: {len(missed)} entries added, {dropped} that no page or test read dropped, "
-          f"{len(kept)} in {store_dir}")
+    for path in (store_dir / store.PROGRAMS).glob("*.mlir.xz"):
+        if path.name.removesuffix(".mlir.xz") not in kept:
+            path.unlink()
+    for folder in ("missed", "completed", "replaced"):
+        for path in (log.folder / folder).glob("*.json"):
+            path.unlink()
+    print(f"figure store: {len(missed)} entries added, {len(completed)} completed with their programs, "
+          f"{dropped} dropped ({sum(key in replaced for key in entries)} replaced by a new compiler's, the others "
+          f"read by no page or test), {len(kept)} in {store_dir}")
     if not whole:
-        print("figure store: the log holds no run of both the pages and the tests, so no entry was dropped "
+        print("figure store: the log holds no run of both the pages and the tests, so no unread entry was dropped "
               "(run `make test`, then `make figures`, to drop what nothing reads)")
     return 0
+
+
+def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) -> int:
+    """Before a build: every entry made by another compiler than the installed one, compiled again by it.
+
+    A new jaxlib, libtpu or CUDA plugin (or ``REMAT_GUIDE_FIGURES_REHEARSAL``) changes every
+    key, so without this the pages would compile each program inside their cells. Here each
+    kept program is compiled in a worker process, one per core, and recorded in the build's
+    log as the pages' own compiles are: the pages then read it, and ``make figures`` puts it
+    in the store in place of the old entry. Does nothing when every entry is the installed
+    compiler's.
+    """
+    entries = store.load(store_dir) if store_dir.is_dir() else {}
+    stale = [entry for entry in entries.values() if entry["compiler"] != _installed_compiler(entry)]
+    replaced = log.all_replaced()
+    stale = [entry for entry in stale if entry["key"] not in replaced]
+    if not stale:
+        return 0
+    work, problems = _programs(store_dir, stale)
+    compilers = sorted({_installed_compiler(entry) for entry, _ in work})
+    print(f"figure store: {len(stale)} entries were compiled by another compiler than the installed one "
+          f"({'; '.join(compilers)}): compiling {len(work)} of them again from their kept programs in "
+          f"{min(_jobs(jobs), max(len(work), 1))} processes, before the pages run", flush=True)
+    started = time.perf_counter()
+
+    def done(entry: dict[str, Any], compiled: dict[str, Any], seconds: float, progress: str) -> None:
+        compiled["check"] = store.digest(compiled)
+        log.missed({**compiled, "where": f"the refresh for {compiled['compiler']}"},
+                   store.read_program(store_dir, entry["key"]) or "")
+        log.replaced(entry["key"], compiled["key"])
+        print(f"  {progress} {seconds:6.1f} s  {compiled['program']} for {compiled['target']}: "
+              f"{_outcome(compiled)}", flush=True)
+
+    recompile(work, jobs, done)
+    print(f"figure store: compiled {len(work)} programs again in {time.perf_counter() - started:.0f} s; "
+          "`make figures` stores them in place of the old entries")
+    for problem in problems:
+        print(f"  {problem}; the page that reads it compiles it", file=sys.stderr)
+    return 0
+
+
+def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int | None = None) -> int:
+    """``make verify-figures``: every entry (or those of ``keys``) compiled again from its kept program.
+
+    Each entry must be keyed by its program, target, compiler and options (so its program is
+    the one the pages read), made by the installed compiler, and compile again to the same
+    figures; a refusal must be refused again with the same message (and so the same figure).
+    """
+    entries = store.load(store_dir)
+    chosen = sorted(entries) if keys is None else list(keys)
+    problems = [f"entry {key[:16]} is not in the store" for key in chosen if key not in entries]
+    work, missing = _programs(store_dir, [entries[key] for key in chosen if key in entries])
+    problems += missing
+    checked = []
+    for entry, text in work:
+        if store.entry_key(entry["target"], entry["compiler"], entry["options"], text) != entry["key"]:
+            problems.append(f"entry {_describe(entry['key'], entry)}: its kept program is not the one its key "
+                            "was made from")
+        elif entry["compiler"] != _installed_compiler(entry):
+            problems.append(f"entry {_describe(entry['key'], entry)} was compiled by another compiler than the "
+                            f"installed {_installed_compiler(entry)}: run `make html`, then `make figures`")
+        else:
+            checked.append((entry, text))
+    print(f"figure store: compiling {len(checked)} entries again in {min(_jobs(jobs), max(len(checked), 1))} "
+          "processes", flush=True)
+    started, times, refusals = time.perf_counter(), {}, 0
+
+    def done(entry: dict[str, Any], compiled: dict[str, Any], seconds: float, progress: str) -> None:
+        nonlocal refusals
+        stored, again = store.figures_of(entry), store.figures_of(compiled)
+        times[entry["key"]] = (seconds, compiled)
+        refusals += "error" in again
+        same = compiled["key"] == entry["key"] and again == stored
+        if not same:
+            parts = sorted(part for part in stored.keys() | again.keys() if stored.get(part) != again.get(part))
+            problems.append(f"entry {_describe(entry['key'], entry)} differs from a fresh compile in its "
+                            f"{', '.join(parts)}: " + "; ".join(
+                                f"{part} stored {stored.get(part)!r}, compiled {again.get(part)!r}" for part in parts))
+        print(f"  {progress} {seconds:6.1f} s  {_describe(entry['key'], entry)}: {_outcome(compiled)}"
+              f"{'' if same else ', DIFFERS'}", flush=True)
+
+    recompile(checked, jobs, done)
+    elapsed = time.perf_counter() - started
+    if times:
+        print(f"figure store: the slowest of {len(times)} compiles (they ran in {elapsed:.0f} s):",
+              *_slowest(times), sep="\n  ")
+    if problems:
+        print(f"figure store: {len(problems)} problems", *problems, sep="\n  ", file=sys.stderr)
+        print("An entry that differs: the store is compiler output; restore it (git checkout docs/_figures) or "
+              "find what changed the compiler (its version, XLA_FLAGS).", file=sys.stderr)
+        return 1
+    print(f"figure store: all {len(checked)} entries compiled again to the same figures "
+          f"({refusals} of them refusals, refused again with the same message)")
+    return 0
+
+
+def reproduce(store_dir: pathlib.Path, prefix: str) -> int:
+    """One entry, named by the start of its key, compiled again by itself and compared with the store."""
+    matches = [key for key in store.load(store_dir) if key.startswith(prefix)]
+    if len(matches) != 1:
+        print(f"figure store: {len(matches)} entries have a key starting with {prefix!r}; give more of it",
+              file=sys.stderr)
+        return 2
+    return verify(store_dir, matches, jobs=1)
 
 
 def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib.Path,
@@ -86,24 +292,10 @@ def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib
 
 
 def _missed_problems(log: store.Log) -> list[str]:
-    return [f"{entry['where']} compiled {entry['program']} for {entry['target']} ({entry['key'][:16]}), "
-            "which the store lacks" for entry in log.all_missed()]
-
-
-def _recheck_problems(entries: dict[str, dict[str, Any]], keys: Sequence[str],
-                      rechecked: dict[str, dict[str, Any]]) -> list[str]:
-    problems = []
-    for key in keys:
-        result = rechecked.get(key)
-        if key not in entries:
-            problems.append(f"sampled entry {key[:16]} is not in the store")
-        elif result is None:
-            problems.append(f"entry {_describe(key, entries[key])} was not compiled again: no page read it")
-        elif not result["same"]:
-            parts = ", ".join(sorted(result["differences"]))
-            problems.append(f"entry {_describe(key, entries[key])} differs from a fresh compile in its {parts}"
-                            f" (read by {result['where']}): {result['differences']}")
-    return problems
+    problems = [f"{entry['where']} compiled {entry['program']} for {entry['target']} ({entry['key'][:16]}), "
+                "which the store lacks" for entry in log.all_missed()]
+    return problems + [f"{entry['where']} read {entry['program']} for {entry['target']} ({entry['key'][:16]}), "
+                       "which the store keeps without its program" for entry in log.all_completed()]
 
 
 def _report_unread(entries: dict[str, dict[str, Any]], log: store.Log) -> None:
@@ -115,57 +307,47 @@ def _report_unread(entries: dict[str, dict[str, Any]], log: store.Log) -> None:
             print(f"  {_describe(key, entries[key])}")
 
 
-def check(store_dir: pathlib.Path, log: store.Log, recheck_log: store.Log, sample: pathlib.Path) -> int:
-    """After ``make test``: no program missing from the store, and every sampled entry recompiled the same."""
+def check(store_dir: pathlib.Path, logs: Sequence[store.Log]) -> int:
+    """After ``make test``: no page or test compiled a program the store lacks, or read one it keeps incompletely."""
     entries = store.load(store_dir)
-    keys = sample.read_text(encoding="utf-8").split()
-    problems = _missed_problems(log) + _missed_problems(recheck_log)
-    problems += _recheck_problems(entries, keys, recheck_log.all_rechecked())
-    _report_unread(entries, log)
+    problems = [problem for log in logs for problem in _missed_problems(log)]
+    _report_unread(entries, logs[0])
     if problems:
         print("figure store: FAILED", *problems, sep="\n  ", file=sys.stderr)
-        print("A program the store lacks: run `make figures` and commit docs/_figures. An entry that differs: "
-              "the store is compiler output; restore it (git checkout docs/_figures) or find what changed the "
-              "compiler (its version, XLA_FLAGS).", file=sys.stderr)
+        print("Run `make figures` and commit docs/_figures.", file=sys.stderr)
         return 1
-    print(f"figure store: the {len(keys)} sampled entries compiled again to the same figures; "
-          f"no page or test compiled a program the store lacks ({len(entries)} entries)")
-    return 0
-
-
-def verify(store_dir: pathlib.Path, recheck_log: store.Log) -> int:
-    """``make verify-figures``: every entry of the store compiled again, to the same figures."""
-    entries = store.load(store_dir)
-    rechecked = recheck_log.all_rechecked()
-    problems = _missed_problems(recheck_log) + _recheck_problems(entries, sorted(entries), rechecked)
-    if problems:
-        print(f"figure store: {len(problems)} problems", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print(f"figure store: all {len(entries)} entries compiled again to the same figures")
+    print(f"figure store: no page or test compiled a program the store lacks ({len(entries)} entries)")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: ``python -m remat_guide.site.figure_store {update,sample,check,verify} ...``."""
+    """The command line: ``python -m remat_guide.site.figure_store COMMAND --store DIR ...``."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=["update", "sample", "check", "verify"])
+    parser.add_argument("command", choices=["update", "refresh", "sample", "check", "verify", "reproduce"])
+    parser.add_argument("key", nargs="?", help="reproduce: the start of the entry's key")
     parser.add_argument("--store", type=pathlib.Path, required=True, help="the store's folder (docs/_figures)")
-    parser.add_argument("--log", type=pathlib.Path, help="the build's log folder (_build/figures)")
-    parser.add_argument("--recheck-log", type=pathlib.Path, help="the log of the build that recompiled")
-    parser.add_argument("--sample", type=pathlib.Path, help="the file of sampled keys")
+    parser.add_argument("--log", type=pathlib.Path, action="append", default=[],
+                        help="a build's log folder (_build/figures); check takes several")
+    parser.add_argument("--sample", type=pathlib.Path, help="the file of sampled keys (sample writes it, verify "
+                        "compiles only those)")
     parser.add_argument("--seed", type=int, help="the sample's seed (default: a random one, printed)")
+    parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     options = parser.parse_args(argv)
-    log = store.Log(options.log) if options.log else None
-    recheck_log = store.Log(options.recheck_log) if options.recheck_log else None
+    logs = [store.Log(folder) for folder in options.log]
     try:
         if options.command == "update":
-            return update(options.store, log)
+            return update(options.store, logs[0])
+        if options.command == "refresh":
+            return refresh(options.store, logs[0], options.jobs)
         if options.command == "sample":
             seed = options.seed if options.seed is not None else random.SystemRandom().randrange(10**6)
-            return draw_sample(options.store, log, seed, options.sample)
+            return draw_sample(options.store, logs[0], seed, options.sample)
         if options.command == "check":
-            return check(options.store, log, recheck_log, options.sample)
-        return verify(options.store, recheck_log)
+            return check(options.store, logs)
+        if options.command == "reproduce":
+            return reproduce(options.store, options.key or "")
+        keys = options.sample.read_text(encoding="utf-8").split() if options.sample else None
+        return verify(options.store, keys, options.jobs)
     except store.StoreError as error:
         print(f"figure store: {error}", file=sys.stderr)
         return 1
