@@ -325,3 +325,15 @@ def test_the_sample_is_drawn_from_what_pages_read_not_tests_or_doctests(site_sto
     assert figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 1, sample,
                                     per_compiler=3) == 0
     assert sample.read_text().split() == sorted(store.Log(site_store / "log").reads()["probe"])
+
+
+def test_one_entry_is_reproduced_alone_by_the_start_of_its_key(site_store, capsys):
+    compile_ahead(lowered_for("h100"), "h100")
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    make_figures(site_store)
+    keys = sorted(store.load(site_store / "store"))
+    assert figure_store.main(["reproduce", keys[0][:12], "--store", str(site_store / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "compiling 1 entries again" in out and "all 1 entries compiled again to the same figures" in out
+    assert figure_store.main(["reproduce", "", "--store", str(site_store / "store")]) == 2
+    assert "2 entries have a key starting with ''" in capsys.readouterr().err
