@@ -186,19 +186,24 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     print(f"figure store: {len(stale)} entries were compiled by another compiler than the installed one "
           f"({'; '.join(compilers)}): compiling {len(work)} of them again from their kept programs in "
           f"{min(_jobs(jobs), max(len(work), 1))} processes, before the pages run", flush=True)
-    started = time.perf_counter()
+    started, changed = time.perf_counter(), []
 
     def done(entry: dict[str, Any], compiled: dict[str, Any], seconds: float, progress: str) -> None:
         compiled["check"] = store.digest(compiled)
         log.missed({**compiled, "where": f"the refresh for {compiled['compiler']}"},
                    store.read_program(store_dir, entry["key"]) or "")
         log.replaced(entry["key"], compiled["key"])
+        same = store.figures_of(compiled) == store.figures_of(entry)
+        if not same:
+            changed.append(f"{_describe(entry['key'], entry)}: {_outcome(entry)} before, {_outcome(compiled)} now")
         print(f"  {progress} {seconds:6.1f} s  {compiled['program']} for {compiled['target']}: "
-              f"{_outcome(compiled)}", flush=True)
+              f"{_outcome(compiled)}{'' if same else ', CHANGED'}", flush=True)
 
     recompile(work, jobs, done)
     print(f"figure store: compiled {len(work)} programs again in {time.perf_counter() - started:.0f} s; "
-          "`make figures` stores them in place of the old entries")
+          f"{len(work) - len(changed)} gave the same figures as the old compiler, {len(changed)} changed"
+          f"{':' if changed else ''}", *changed, sep="\n  ")
+    print("figure store: `make figures` stores them in place of the old entries")
     for problem in problems:
         print(f"  {problem}; the page that reads it compiles it", file=sys.stderr)
     return 0
