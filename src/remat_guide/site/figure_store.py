@@ -45,11 +45,12 @@ def _read_keys(log: store.Log, pages_only: bool = False) -> set[str]:
     return {key for who, keys in log.reads().items() if not pages_only or _is_page(who) for key in keys}
 
 
-def _installed_compiler(entry: dict[str, Any]) -> str:
+def _installed_compilers(entries: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The installed compiler's version for each target among ``entries``, looked up once per target."""
     from remat_guide._cache import compiler_version
     from remat_guide.targets import target
 
-    return compiler_version(target(entry["target"]).platform)
+    return {name: compiler_version(target(name).platform) for name in {entry["target"] for entry in entries}}
 
 
 # Compiling entries again, in worker processes ------------------------------------------------------------
@@ -188,13 +189,15 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     compiler's.
     """
     entries = store.load(store_dir) if store_dir.is_dir() else {}
-    stale = [entry for entry in entries.values() if entry["compiler"] != _installed_compiler(entry)]
+    installed = _installed_compilers(entries.values())
+    stale = [entry for entry in entries.values() if entry["compiler"] != installed[entry["target"]]]
     replaced = log.all_replaced()
     stale = [entry for entry in stale if entry["key"] not in replaced]
     if not stale:
         return 0
     work, problems = _programs(store_dir, stale)
-    compilers = sorted({_installed_compiler(entry) for entry, _ in work})
+    compilers = sorted({installed[entry["target"]] for entry, _ in work})
+    texts = {entry["key"]: text for entry, text in work}
     print(f"figure store: {len(stale)} entries were compiled by another compiler than the installed one "
           f"({'; '.join(compilers)}): compiling {len(work)} of them again from their kept programs in "
           f"{min(_jobs(jobs), max(len(work), 1))} processes, before the pages run", flush=True)
@@ -203,7 +206,7 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     def done(entry: dict[str, Any], compiled: dict[str, Any], seconds: float, progress: str) -> None:
         compiled["check"] = store.digest(compiled)
         log.missed({**compiled, "where": f"the refresh for {compiled['compiler']}"},
-                   store.read_program(store_dir, entry["key"]) or "")
+                   texts[entry["key"]])
         log.replaced(entry["key"], compiled["key"])
         same = _comparable(store.figures_of(compiled)) == _comparable(store.figures_of(entry))
         if not same:
@@ -233,14 +236,14 @@ def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int
     problems = [f"entry {key[:16]} is not in the store" for key in chosen if key not in entries]
     work, missing = _programs(store_dir, [entries[key] for key in chosen if key in entries])
     problems += missing
-    checked = []
+    checked, installed = [], _installed_compilers(entry for entry, _ in work)
     for entry, text in work:
         if store.entry_key(entry["target"], entry["compiler"], entry["options"], text) != entry["key"]:
             problems.append(f"entry {_describe(entry['key'], entry)}: its kept program is not the one its key "
                             "was made from")
-        elif entry["compiler"] != _installed_compiler(entry):
+        elif entry["compiler"] != installed[entry["target"]]:
             problems.append(f"entry {_describe(entry['key'], entry)} was compiled by another compiler than the "
-                            f"installed {_installed_compiler(entry)}: run `make html`, then `make figures`")
+                            f"installed {installed[entry['target']]}: run `make html`, then `make figures`")
         else:
             checked.append((entry, text))
     print(f"figure store: compiling {len(checked)} entries again in {min(_jobs(jobs), max(len(checked), 1))} "
