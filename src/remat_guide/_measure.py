@@ -24,12 +24,11 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
-from remat_guide.targets import Target, device_bytes, estimate_step, place, target
+from remat_guide.targets import Target, device_bytes, estimate_step, place, target, usable_bytes
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
-           "as_policies", "call_loss", "check_inputs", "default_policies", "measure", "refused_bytes",
-           "standard_policy", "target_device_bytes",
-           "trace_baseline", "trace_policy"]
+           "as_policies", "budget_or_usable", "call_loss", "check_inputs", "default_policies", "measure",
+           "refused_bytes", "standard_policy", "target_device_bytes", "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
 CHECKPOINTED_BASELINE = "loss_for(None)"
@@ -425,16 +424,31 @@ def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str 
         return None, str(error)
 
 
-def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> int:
-    """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), its target program only.
+def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool]:
+    """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), and whether it was refused.
 
-    A program XLA's TPU compiler refuses needs what its error message says.
+    Only the target's program is compiled. A program XLA's TPU compiler refuses needs what
+    its error message says; it never fits, whatever that figure.
     """
     _, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
     compiled, refusal = _on_target(on_target, inputs.target)
     if refusal is not None:
-        return refused_bytes(refusal)
-    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target)
+        return refused_bytes(refusal), True
+    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target), False
+
+
+def budget_or_usable(budget_bytes: Any, targets: Iterable[str | None]) -> int:
+    """``budget_bytes``, checked; left out (``None``), the usable HBM of the one TPU target of ``targets``."""
+    if budget_bytes is not None:
+        budget_bytes = validation.integer(budget_bytes, "budget_bytes")
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+        return budget_bytes
+    names = {None if name is None else target(name).name for name in targets}
+    if len(names) != 1 or None in names or target(next(iter(names))).platform != "tpu":
+        raise TypeError("budget_bytes is required, in bytes of one device's memory; it may be left out only for "
+                        f"one TPU target, where it is the chip's usable HBM (got target {sorted(map(str, names))})")
+    return usable_bytes(next(iter(names)))
 
 
 def _measurement(figures: dict[str, Any], residual_bytes: int | None) -> Measurement:

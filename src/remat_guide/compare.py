@@ -18,6 +18,7 @@ from remat_guide._measure import (
     Measurement,
     Program,
     as_policies,
+    budget_or_usable,
     check_inputs,
     default_policies,
     measure,
@@ -503,7 +504,7 @@ def recommend_policy(
     loss_for: Callable[[Any], Callable[..., Any]] | None = None,
     /,
     *args: Any,
-    budget_bytes: int,
+    budget_bytes: int | None = None,
     rows: Iterable[PolicyRow] | None = None,
     policies: Sequence[str] | Mapping[str, Any] | None = None,
     argnums: int | Sequence[int] = 0,
@@ -521,7 +522,9 @@ def recommend_policy(
     are given as ``rows``, and nothing is compiled again. A row fits when its
     ``device_bytes`` is at most ``budget_bytes``: arguments + outputs + temporary memory
     - aliased bytes on a GPU target, XLA's peak on a TPU target, the temporary memory
-    on this machine's CPU. Of the rows that fit, on a GPU target the one with the least
+    on this machine's CPU. A program XLA's TPU compiler refused never fits, whatever the
+    figure its message gave (the compiler's usable HBM is below the chip's
+    ``memory_bytes``). Of the rows that fit, on a GPU target the one with the least
     estimated step time (``step_seconds``) is chosen; elsewhere, where no time is
     estimated, the one with the fewest FLOPs, which says what is recomputed, not how
     long a step takes. A tie goes to the one using less memory.
@@ -541,7 +544,8 @@ def recommend_policy(
         loss_for: As for :func:`compare_policies`; leave it out when ``rows`` is given.
         *args: As for :func:`compare_policies`.
         budget_bytes: The most device memory the compiled gradient may use, in bytes
-            (as ``PolicyRow.device_bytes`` counts it).
+            (as ``PolicyRow.device_bytes`` counts it). Left out for a TPU target (or rows
+            of one), the chip's usable HBM (:func:`remat_guide.targets.usable_bytes`).
         rows: Rows measured already (a :class:`Comparison` or any iterable of
             :class:`PolicyRow`), instead of ``loss_for`` and its arguments.
         policies: As for :func:`compare_policies`.
@@ -556,9 +560,10 @@ def recommend_policy(
         The chosen row.
 
     Raises:
-        TypeError: If ``budget_bytes`` is not an int, ``rows`` is not an iterable of
-            :class:`PolicyRow`, neither ``loss_for`` nor ``rows`` is given (or an
-            argument is wrong as for :func:`compare_policies`).
+        TypeError: If ``budget_bytes`` is not an int (or is left out, off a TPU
+            target), ``rows`` is not an iterable of :class:`PolicyRow`, neither
+            ``loss_for`` nor ``rows`` is given (or an argument is wrong as for
+            :func:`compare_policies`).
         ValueError: If ``budget_bytes`` is not positive; ``rows`` is empty, or given
             together with ``loss_for``, arguments, ``policies``, ``argnums``,
             ``has_aux``, ``kwargs``, ``target``, ``step`` or ``donate_argnums``; or no
@@ -587,9 +592,8 @@ def recommend_policy(
         ...
         ValueError: no policy fits budget_bytes=1: the smallest temporary memory is ... bytes, with ...
     """
-    budget_bytes = validation.integer(budget_bytes, "budget_bytes")
-    if budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if budget_bytes is not None or rows is None:
+        budget_bytes = budget_or_usable(budget_bytes, [target])
     if rows is None:
         if loss_for is None:
             raise TypeError("recommend_policy needs loss_for (a callable) with its arguments, or rows measured "
@@ -610,12 +614,16 @@ def recommend_policy(
         candidates = _policy_rows(rows)
         if not candidates:
             raise ValueError("rows must hold at least one PolicyRow")
-    fitting = [row for row in candidates if row.device_bytes <= budget_bytes]
+    if budget_bytes is None:
+        budget_bytes = budget_or_usable(None, [row.target for row in candidates])
+    fitting = [row for row in candidates if row.refused is None and row.device_bytes <= budget_bytes]
     if not fitting:
         smallest = min(candidates, key=lambda row: row.device_bytes)
+        refused = sum(row.refused is not None for row in candidates)
         raise ValueError(
             f"no policy fits budget_bytes={budget_bytes}: the smallest {memory_figure(smallest)} is "
             f"{smallest.device_bytes} bytes, with {smallest.name}"
+            + (f"; XLA's TPU compiler refused {refused} of the {len(candidates)} programs" if refused else "")
         )
     if all(row.step_seconds is not None for row in fitting):
         return min(fitting, key=lambda row: (row.step_seconds, row.device_bytes))

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from remat_guide import _validation as validation
-from remat_guide._measure import check_inputs, target_device_bytes
+from remat_guide._measure import budget_or_usable, check_inputs, target_device_bytes
 from remat_guide.compare import PolicyRow
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
@@ -206,27 +206,35 @@ class BatchFit:
         device_bytes: What that batch needs (``PolicyRow.device_bytes``); for ``batch``
             0, what the smallest batch needs.
         compiled: Every batch compiled, with what it needs, in the order compiled.
+        refused: The batches XLA's TPU compiler refused (their figure in ``compiled`` is
+            the one its message gave); none of them fits, whatever that figure.
+        budget_bytes: The budget the batches were held to.
     """
 
     batch: int
     device_bytes: int
     compiled: tuple[tuple[int, int], ...]
+    refused: tuple[int, ...] = ()
+    budget_bytes: int = 0
 
 
 def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Callable[[int], tuple], /, *,
-                  policy: Any, budget_bytes: int, target: str, multiple: int = 1, limit: int = 2**16,
+                  policy: Any, target: str, budget_bytes: int | None = None, multiple: int = 1, limit: int = 2**16,
                   step: bool = False, donate_argnums: Any = None) -> BatchFit:
     """The largest batch whose compiled program fits ``budget_bytes`` on a target, found by compiling.
 
     Each candidate batch is compiled for the target ahead of time (never run), as
     :func:`remat_guide.compare_policies` compiles it, and fits when its
-    ``device_bytes`` is at most the budget (a program XLA's TPU compiler refuses does
-    not fit). A step's memory grows about linearly with its batch, so the search
-    compiles the smallest batch and twice it, predicts the boundary from the line
-    through them, and compiles around the prediction, each time from the two nearest
-    batches compiled, until it holds a batch that fits next to one that does not
-    (usually four or five compiles). Only the target's program is compiled: no FLOPs
-    are counted.
+    ``device_bytes`` is at most the budget and XLA's TPU compiler did not refuse it (a
+    refused program never fits, even when its message's figure is within the budget: the
+    compiler's usable HBM is less than the chip's ``memory_bytes``). A step's memory
+    grows about linearly with its batch, so the search compiles the smallest batch and
+    twice it, predicts the boundary from the line through them, and compiles around the
+    prediction, each time from the two nearest batches compiled (halving the interval
+    instead where those two need the same memory, as batches padded to one tile do on a
+    TPU), until it holds a batch that fits next to one that does not (usually four or
+    five compiles). Only the
+    target's program is compiled: no FLOPs are counted.
 
     Args:
         loss_for: As for :func:`remat_guide.compare_policies` (with ``step=True``, a
@@ -235,8 +243,10 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
             that batch (abstract ones are enough, such as those of
             :func:`remat_guide.models.decoder_args`).
         policy: The policy to measure, or ``None`` for ``loss_for(None)``.
-        budget_bytes: The device memory one device may use, in bytes.
         target: The accelerator, as for :func:`remat_guide.compare_policies`.
+        budget_bytes: The device memory one device may use, in bytes. Left out on a TPU
+            target, the chip's usable HBM (:func:`remat_guide.targets.usable_bytes`); a
+            GPU target needs one (leave autotuning's margin out of it).
         multiple: The batch's step: the batches tried are multiples of it (the devices
             the batch is split over).
         limit: The largest batch to try.
@@ -267,7 +277,7 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
     """
     if target is None:
         raise TypeError("target must name an accelerator to compile for, such as 'h100' or 'tpu-v5p'; got None")
-    budget_bytes = validation.integer(budget_bytes, "budget_bytes", minimum=1)
+    budget_bytes = budget_or_usable(budget_bytes, [target])
     multiple = validation.integer(multiple, "multiple", minimum=1)
     limit = validation.integer(limit, "limit", minimum=multiple)
     validation.callable_arg(loss_for, "loss_for")
@@ -275,18 +285,28 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
     if policy is not None:
         validation.policy(policy, "policy")
     needs: dict[int, int] = {}
+    refused: list[int] = []
 
     def need(batch: int) -> int:
         if batch not in needs:
             inputs = check_inputs(tuple(args_for(batch)), 0, None, False, target, step, donate_argnums)
-            needs[batch] = target_device_bytes(loss_for, policy, inputs)
+            needs[batch], was_refused = target_device_bytes(loss_for, policy, inputs)
+            if was_refused:
+                refused.append(batch)
         return needs[batch]
 
-    if need(multiple) > budget_bytes:
-        return BatchFit(0, needs[multiple], tuple(needs.items()))
+    def fits(batch: int) -> bool:
+        return need(batch) <= budget_bytes and batch not in refused
+
+    def found(batch: int) -> BatchFit:
+        return BatchFit(batch, needs[batch if batch else multiple], tuple(needs.items()), tuple(refused),
+                        budget_bytes)
+
+    if not fits(multiple):
+        return found(0)
     low, high = multiple, None
     if 2 * multiple <= limit:
-        if need(2 * multiple) <= budget_bytes:
+        if fits(2 * multiple):
             low = 2 * multiple
         else:
             high = 2 * multiple
@@ -296,16 +316,19 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
         nearest = sorted(needs, key=lambda b: abs(needs[b] - budget_bytes))[:2]
         (b1, m1), (b2, m2) = sorted((b, needs[b]) for b in nearest)
         slope = (m2 - m1) / (b2 - b1) if m2 != m1 else 0.0
-        guess = low + multiple if slope <= 0 else b1 + int((budget_bytes - m1) / slope)
+        if slope > 0:
+            guess = b1 + int((budget_bytes - m1) / slope)
+        else:  # a plateau (a TPU pads the batch to its tiles): halve the interval, or double
+            guess = 2 * low if high is None else (low + high) // 2
         guess = guess // multiple * multiple
         ceiling = limit if high is None else high - multiple
         guess = min(max(guess, low + multiple), ceiling)
         if high is None and low >= limit:
             break
-        if need(guess) <= budget_bytes:
+        if fits(guess):
             low = guess
             if high is None and guess >= limit:
                 break
         else:
             high = guess
-    return BatchFit(low, needs[low], tuple(needs.items()))
+    return found(low)

@@ -17,6 +17,7 @@ from remat_guide._measure import (
     STANDARD_POLICIES,
     Inputs,
     Program,
+    budget_or_usable,
     check_inputs,
     measure,
     standard_policy,
@@ -154,18 +155,20 @@ def _tolerance(value: Any) -> float:
 
 
 def _fits(row: PolicyRow, budget_bytes: int, host_budget_bytes: int | None) -> bool:
-    return row.device_bytes <= budget_bytes and (host_budget_bytes is None or row.host_bytes <= host_budget_bytes)
+    """Within both budgets, and not refused by XLA's TPU compiler (whatever figure its message gave)."""
+    return (row.refused is None and row.device_bytes <= budget_bytes
+            and (host_budget_bytes is None or row.host_bytes <= host_budget_bytes))
 
 
 def pick(rows: Iterable[PolicyRow], budget_bytes: int, host_budget_bytes: int | None = None,
          flops_tolerance: float = 5e-3) -> PolicyRow | None:
     """The row :func:`~remat_guide.plan_names` prefers among ``rows``: its objective, on rows already measured.
 
-    Of the rows that fit (``device_bytes <= budget_bytes`` and, with a host budget,
-    ``host_bytes <= host_budget_bytes``), those whose :func:`cost` (the estimated step
-    time on a GPU target, FLOPs elsewhere) is within ``flops_tolerance`` of the least are
-    equal; of them, the fewest host bytes, then the least device memory, then the least
-    cost, then the name, decide.
+    Of the rows that fit (not refused by XLA's TPU compiler, ``device_bytes <=
+    budget_bytes`` and, with a host budget, ``host_bytes <= host_budget_bytes``), those
+    whose :func:`cost` (the estimated step time on a GPU target, FLOPs elsewhere) is
+    within ``flops_tolerance`` of the least are equal; of them, the fewest host bytes,
+    then the least device memory, then the least cost, then the name, decide.
 
     Returns:
         The row, or ``None`` when none fits.
@@ -191,7 +194,7 @@ def plan_names(
     loss_for: Callable[[Any], Callable[..., Any]],
     /,
     *args: Any,
-    budget_bytes: int,
+    budget_bytes: int | None = None,
     host_budget_bytes: int | None = None,
     names: Iterable[str] | None = None,
     offload: bool | None = None,
@@ -275,7 +278,9 @@ def plan_names(
         budget_bytes: The most device memory the compiled gradient may use, in bytes, as
             ``PolicyRow.device_bytes`` counts it (temporary memory on this machine;
             arguments + outputs + temporary memory on a GPU target, less XLA's
-            autotuning margin, see :func:`recommend_policy`; XLA's peak on a TPU).
+            autotuning margin, see :func:`recommend_policy`; XLA's peak on a TPU). Left
+            out on a TPU target, the chip's usable HBM
+            (:func:`remat_guide.targets.usable_bytes`).
         host_budget_bytes: The most host memory the offloaded values may use, in bytes
             (``PolicyRow.host_bytes``); ``None`` for no limit.
         names: The ``checkpoint_name`` tags to plan; ``None`` for every tag the traced
@@ -346,9 +351,7 @@ def plan_names(
         ValueError: nothing fits budget_bytes=1: the smallest temporary memory reached is ... bytes, with ...
     """
     validation.callable_arg(loss_for, "loss_for")
-    budget_bytes = validation.integer(budget_bytes, "budget_bytes")
-    if budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    budget_bytes = budget_or_usable(budget_bytes, [target])
     if host_budget_bytes is not None:
         host_budget_bytes = validation.integer(host_budget_bytes, "host_budget_bytes", minimum=0)
     if offload is not None:

@@ -15,11 +15,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat_guide import _cache as cache
 from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr
 
 __all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "place",
-           "target", "target_devices"]
+           "target", "target_devices", "usable_bytes"]
 
 _TPU_EXTRA = "pip install 'remat-guide[tpu]' (or: pip install libtpu==0.0.51)"
 _GPU_EXTRA = ("pip install 'remat-guide[gpu]' (or: pip install jax-cuda12-plugin==0.12.0.1 "
@@ -306,6 +307,63 @@ def target_devices(name: str | Target, count: int = 1) -> list[Any]:
     if count < 1:
         raise ValueError(f"count must be positive, got {count}")
     return list(_devices(chosen.name, int(count)))
+
+
+_AVAILABLE = re.compile(r"exceeds available HBM \(([\d.]+)G\)")
+
+
+def usable_bytes(name: str | Target) -> int:
+    """The HBM that XLA's TPU compiler lets one program use on a TPU chip, read from the compiler.
+
+    It is less than the chip's ``memory_bytes``: the compiler keeps some of it back. This
+    function compiles, ahead of time, a program too large for the chip and reads the
+    figure from the compiler's refusal ("exceeds available HBM (15.75G)"), in units of
+    1024 to two decimals. It is the budget to compare a TPU program's ``device_bytes``
+    with: a program needing more than the chip's usable HBM but less than its
+    ``memory_bytes`` is refused. The figure is rounded; where it decides, the compiler
+    does (:func:`remat_guide.fit.largest_batch` and :func:`remat_guide.recommend_policy`
+    never count a refused program as fitting).
+
+    Args:
+        name: A TPU target's name (see :data:`TARGETS`) or a :class:`Target`.
+
+    Returns:
+        The usable bytes of one chip.
+
+    Raises:
+        TypeError: If ``name`` is not a str or a :class:`Target`.
+        ValueError: If the target is unknown, or a GPU (XLA's GPU compiler does not check
+            a program's memory; the budget there is yours to choose).
+        ImportError: If XLA's TPU compiler is not installed.
+
+    Examples:
+        >>> from remat_guide.targets import target, usable_bytes
+        >>> usable_bytes("tpu-v5e") / 2**30, target("tpu-v5e").memory_bytes / 2**30
+        (15.75, 16.0)
+    """
+    chosen = target(name)
+    if chosen.platform != "tpu":
+        raise ValueError(f"name: {chosen.name} is a GPU; XLA's GPU compiler does not check a program's memory, "
+                         "so a GPU has no compiler's budget (choose one, such as 90% of memory_bytes)")
+    return _usable_bytes(chosen.name)
+
+
+@functools.cache
+def _usable_bytes(name: str) -> int:
+    chosen = TARGETS[name]
+    device = target_devices(chosen, 1)[0]
+    too_large = jax.ShapeDtypeStruct((chosen.memory_bytes // 4 + 2**20,), np.float32,
+                                     sharding=jax.sharding.SingleDeviceSharding(device))
+    lowered = jax.jit(lambda x: x + 1).trace(too_large).lower()
+    try:
+        cache.target_figures(lowered, chosen.name, chosen.platform, cache.unrun_options(chosen.platform))
+    except jax.errors.JaxRuntimeError as error:
+        found = _AVAILABLE.search(str(error))
+        if found:
+            return round(float(found.group(1)) * 2**30)
+        raise
+    raise RuntimeError(f"XLA's TPU compiler compiled a program larger than {chosen.name}'s HBM; "
+                       "its usable HBM could not be read")
 
 
 def _mesh_on(target_: Target, mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:

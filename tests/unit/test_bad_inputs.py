@@ -293,10 +293,13 @@ CASES = {
          "target"),
         ("rows and target", lambda: recommend_policy(rows=[row()], budget_bytes=10, target="h100"), ValueError,
          "target"),
+        ("no budget off a TPU", lambda: recommend_policy(tagged_loss_for, X), TypeError, "budget_bytes"),
+        ("no budget for CPU rows", lambda: recommend_policy(rows=[row()]), TypeError, "budget_bytes"),
     ],
     "plan_names": [
         ("budget a float", lambda: plan_names(tagged_loss_for, X, budget_bytes=1e6), TypeError,
          "budget_bytes"),
+        ("no budget on a GPU", lambda: plan_names(tagged_loss_for, X, target="h100"), TypeError, "budget_bytes"),
         ("budget zero", lambda: plan_names(tagged_loss_for, X, budget_bytes=0), ValueError,
          "budget_bytes"),
         ("loss_for not callable", lambda: plan_names(None, X, budget_bytes=10), TypeError, "loss_for"),
@@ -582,6 +585,8 @@ CASES = {
                                                             target="h100"), TypeError, "args_for"),
         ("budget a float", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None,
                                                      budget_bytes=1.5, target="h100"), TypeError, "budget_bytes"),
+        ("no budget on a GPU", lambda: fit.largest_batch(tagged_loss_for, lambda b: (X,), policy=None,
+                                                         target="h100"), TypeError, "budget_bytes"),
     ],
     "fit.device_nbytes": [
         ("a str leaf", lambda: fit.device_nbytes({"w": "abc"}), TypeError, "tree"),
@@ -594,6 +599,11 @@ CASES = {
         ("not a memory analysis", lambda: targets.device_bytes({"temp": 1}, "h100"), TypeError, "memory"),
         ("an unknown target", lambda: targets.device_bytes(SimpleNamespace(peak_memory_in_bytes=1), "h1000"),
          ValueError, "target"),
+    ],
+    "targets.usable_bytes": [
+        ("a GPU", lambda: targets.usable_bytes("h100"), ValueError, "name"),
+        ("an unknown target", lambda: targets.usable_bytes("tpu-v9"), ValueError, "target"),
+        ("a number", lambda: targets.usable_bytes(5), TypeError, "target"),
     ],
     "targets.estimate_step": [
         ("a number", lambda: targets.estimate_step(3, "h100"), TypeError, "program"),

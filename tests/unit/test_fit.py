@@ -12,7 +12,8 @@ from remat_guide import compare_policies, recommend_policy
 from remat_guide._measure import refused_bytes
 from remat_guide.fit import device_nbytes, largest_batch, step_memory
 from remat_guide.models import DECODER_NAMES, LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
-from remat_guide.targets import target_devices
+from remat_guide.planner import pick
+from remat_guide.targets import target, target_devices, usable_bytes
 
 SMALL = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
 NOTHING = ["nothing_saveable"]
@@ -159,6 +160,52 @@ def test_largest_batch_needs_a_target():
     with pytest.raises(TypeError, match="target must name an accelerator"):
         largest_batch(_step_for(), lambda b: decoder_args(SMALL, b, 16), policy=None, budget_bytes=1,
                       target=None, step=True)
+
+
+def _rows_loss_for(policy):
+    """A loss whose program holds its argument, 64 MiB a row, and little else."""
+    def loss(scale, x):
+        return jnp.sum(jnp.tanh(x * scale) ** 2)
+    return loss if policy is None else jax.checkpoint(loss, policy=policy)
+
+
+def _rows(batch):
+    return jax.ShapeDtypeStruct((), jnp.float32), jax.ShapeDtypeStruct((batch, 2**24), jnp.float32)
+
+
+def test_the_tpu_compilers_usable_hbm_is_below_the_chips_memory():
+    usable = usable_bytes("tpu-v5e")
+    assert usable == round(15.75 * 2**30) < target("tpu-v5e").memory_bytes
+    assert usable_bytes(target("tpu-v5e")) == usable
+    with pytest.raises(ValueError, match="name: h100 is a GPU"):
+        usable_bytes("h100")
+
+
+def test_a_refused_batch_never_fits_even_when_its_figure_is_within_the_budget():
+    # Issue 49's case: on a TPU v5e, a refusal's figure (15.92G) under the chip's 16 GiB was
+    # returned as fitting. Here batches 253 to 256 need 15.81 to 16.00 GiB: the compiler,
+    # which allows 15.75 GiB, refuses them; a 16 GiB budget would have let them in.
+    chip = target("tpu-v5e").memory_bytes
+    fit = largest_batch(_rows_loss_for, _rows, policy=None, budget_bytes=chip, target="tpu-v5e", limit=512)
+    compiled = dict(fit.compiled)
+    assert any(compiled[batch] <= chip for batch in fit.refused)  # the old code's false fit was compiled
+    assert fit.batch not in fit.refused and fit.batch + 1 in fit.refused
+    assert compiled[fit.batch] <= usable_bytes("tpu-v5e") < compiled[fit.batch + 1] <= chip
+    by_default = largest_batch(_rows_loss_for, _rows, policy=None, target="tpu-v5e", limit=512)
+    assert by_default.budget_bytes == usable_bytes("tpu-v5e") and by_default.batch == fit.batch
+
+
+def test_recommend_policy_and_the_planners_pick_never_take_a_refused_program():
+    chip = target("tpu-v5e").memory_bytes
+    rows = compare_policies(_rows_loss_for, *_rows(254), target="tpu-v5e", policies=NOTHING)
+    assert all(row.refused and row.device_bytes <= chip for row in rows)
+    with pytest.raises(ValueError, match="refused 2 of the 2 programs"):
+        recommend_policy(rows=rows, budget_bytes=chip)
+    with pytest.raises(ValueError, match="no policy fits budget_bytes=16911433728"):
+        recommend_policy(rows=rows)  # the default budget: the compiler's usable HBM
+    assert pick(rows, chip) is None
+    with pytest.raises(TypeError, match="budget_bytes is required"):
+        recommend_policy(rows=compare_policies(_rows_loss_for, *_rows(1), target="h100", policies=NOTHING))
 
 
 def test_the_llama_configs_have_their_published_sizes():

@@ -15,7 +15,7 @@ from remat_guide.compare import Comparison
 from remat_guide.fit import BatchFit, largest_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.site import hardware
-from remat_guide.targets import target
+from remat_guide.targets import target, usable_bytes
 
 __all__ = ["DEVICES_NEEDED", "MEASURED", "MEASURED_POLICIES", "PLANNED", "POLICIES", "SEARCHED", "SEQ",
            "SETUPS", "Setup", "answers", "batches", "breakdown", "budget", "h200_check", "h200_none_bytes",
@@ -104,9 +104,15 @@ tensor parallelism over 8."""
 
 
 def budget(setup: Setup) -> int:
-    """The memory a step may use on one device: a TPU chip's HBM; 90% of a GPU's (autotuning's margin)."""
+    """The memory a step may use on one device: a TPU's usable HBM (at most its published memory); 90% of a GPU's.
+
+    On a TPU chip, what XLA's TPU compiler lets one program use; a GPU's 10% is the margin
+    autotuning can add on the device.
+    """
     chosen = target(setup.target)
-    return chosen.memory_bytes if chosen.platform == "tpu" else chosen.memory_bytes * 9 // 10
+    if chosen.platform == "tpu":
+        return min(chosen.memory_bytes, usable_bytes(chosen))
+    return chosen.memory_bytes * 9 // 10
 
 
 @functools.cache
