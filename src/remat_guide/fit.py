@@ -214,8 +214,8 @@ class BatchFit:
     batch: int
     device_bytes: int
     compiled: tuple[tuple[int, int], ...]
-    refused: tuple[int, ...] = ()
-    budget_bytes: int = 0
+    refused: tuple[int, ...]
+    budget_bytes: int
 
 
 def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Callable[[int], tuple], /, *,
@@ -233,8 +233,7 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
     prediction, each time from the two nearest batches compiled (halving the interval
     instead where those two need the same memory, as batches padded to one tile do on a
     TPU), until it holds a batch that fits next to one that does not (usually four or
-    five compiles). Only the
-    target's program is compiled: no FLOPs are counted.
+    five compiles). Only the target's program is compiled: no FLOPs are counted.
 
     Args:
         loss_for: As for :func:`remat_guide.compare_policies` (with ``step=True``, a
