@@ -336,7 +336,7 @@ def test_exact_finds_a_plan_that_fits_far_below_its_prediction(monkeypatch):
     monkeypatch.setattr(remat_guide.planner, "measure", answered)
     every = {"no checkpoint": quirky("no checkpoint"), **{name: quirky(name) for name in STANDARD_POLICIES}}
     every |= {label: quirky(label) for _, label, _ in every_plan()}
-    rows = [SimpleNamespace(name=name, flops=f, device_bytes=d, host_bytes=h, step_seconds=None)
+    rows = [SimpleNamespace(name=name, flops=f, device_bytes=d, host_bytes=h, step_seconds=None, refused=None)
             for name, (f, d, h) in every.items()]
     odd = plan_label([], ["up", "act"])
     # At 95 bytes only that plan fits; at 101 the single offloads fit too, with more FLOPs.
