@@ -15,9 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from remat_guide import _cache as cache
 from remat_guide import _roofline as roofline
-from remat_guide._cache import captured_stderr
+from remat_guide._cache import captured_stderr, target_figures, unrun_options
 
 __all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "place",
            "target", "target_devices", "usable_bytes"]
@@ -356,7 +355,7 @@ def _usable_bytes(name: str) -> int:
                                      sharding=jax.sharding.SingleDeviceSharding(device))
     lowered = jax.jit(lambda x: x + 1).trace(too_large).lower()
     try:
-        cache.target_figures(lowered, chosen.name, chosen.platform, cache.unrun_options(chosen.platform))
+        target_figures(lowered, chosen.name, chosen.platform, unrun_options(chosen.platform))
     except jax.errors.JaxRuntimeError as error:
         found = _AVAILABLE.search(str(error))
         if found:

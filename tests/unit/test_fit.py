@@ -183,8 +183,8 @@ def test_the_tpu_compilers_usable_hbm_is_below_the_chips_memory():
 
 def test_a_refused_batch_never_fits_even_when_its_figure_is_within_the_budget():
     # Issue 49's case: on a TPU v5e, a refusal's figure (15.92G) under the chip's 16 GiB was
-    # returned as fitting. Here batches 253 to 256 need 15.81 to 16.00 GiB: the compiler,
-    # which allows 15.75 GiB, refuses them; a 16 GiB budget would have let them in.
+    # returned as fitting. Here the compiler pads the batch to tiles of 8 rows, so batches 249
+    # to 256 all need 16.00 GiB: refused (it allows 15.75 GiB), yet within a 16 GiB budget.
     chip = target("tpu-v5e").memory_bytes
     fit = largest_batch(_rows_loss_for, _rows, policy=None, budget_bytes=chip, target="tpu-v5e", limit=512)
     compiled = dict(fit.compiled)
