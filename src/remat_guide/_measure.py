@@ -24,7 +24,7 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
-from remat_guide.targets import Target, device_bytes, estimate_step, place, target, usable_bytes
+from remat_guide.targets import Target, device_bytes, estimate_step, lowering_for, place, target, usable_bytes
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "budget_or_usable", "call_loss", "check_inputs", "default_policies", "measure",
@@ -416,7 +416,9 @@ def refused_bytes(message: str) -> int | None:
 def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str | None]:
     """A program's figures on its target, or ``None`` and XLA's message when its TPU compiler refused it for memory."""
     try:
-        return cache.target_figures(traced.lower(), chosen.name, chosen.platform,
+        with lowering_for(chosen):
+            lowered = traced.lower()
+        return cache.target_figures(lowered, chosen.name, chosen.platform,
                                     cache.unrun_options(chosen.platform)), None
     except jax.errors.JaxRuntimeError as error:
         if refused_bytes(str(error)) is None:

@@ -130,6 +130,26 @@ def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[s
     return {kind: 2 * math.prod(dot.arrays[0].dims) * contracted}
 
 
+# Pallas's Triton flash attention (jax.experimental.pallas.ops.gpu.attention): the matrix
+# products of size (seq x seq x head_dim) each of its kernels computes per head, the forward
+# q k^T and p v, the backward seven (four for dk and dv, three more for dq). It reaches XLA as a
+# custom call whose FLOPs XLA does not know; each is counted causal, half of them done.
+_ATTENTION_PRODUCTS = {"mha_forward": 2, "mha_backward": 7}
+_KERNEL_NAME = re.compile(r'name = "(\w+)"')
+
+
+def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
+    """The FLOPs of one of Pallas's Triton attention kernels, from its query ``(batch, seq, heads, head_dim)``."""
+    named = _KERNEL_NAME.search(call.attributes)
+    products = _ATTENTION_PRODUCTS.get(named.group(1)) if named else None
+    query = by_name.get(call.operands[0]) if call.operands else None
+    if products is None or query is None or not query.arrays or len(query.arrays[0].dims) != 4:
+        return {}
+    batch, seq, heads, dim = query.arrays[0].dims
+    kind = _MATMUL_KINDS.get(query.arrays[0].dtype, "f32")
+    return {kind: products * 2 * batch * heads * seq * seq * dim // 2}
+
+
 class _Program:
     """One compiled program's computations, walked from its entry."""
 
@@ -239,7 +259,8 @@ class _Program:
                 flops = {}
                 device, host_out, host_in = self.copy_bytes(instruction, by_name)
             else:
-                flops = _dot_flops(instruction, by_name) if opcode == "dot" else {}
+                flops = (_dot_flops(instruction, by_name) if opcode == "dot" else
+                         _attention_flops(instruction, by_name) if opcode == "custom-call" else {})
                 device, host_out, host_in = self.plain_bytes(instruction, by_name)
             self.host_out += times * host_out
             self.host_in += times * host_in
@@ -263,7 +284,8 @@ def kernels(text: str) -> dict[str, Any]:
     """The kernels of a compiled program's text (``compiled.as_text()``), for :func:`step_seconds`.
 
     Every instruction that launches work is one kernel: a fusion, or an instruction left
-    unfused. For each, the FLOPs of its matrix multiplications (by the operands' dtype)
+    unfused. For each, the FLOPs of its matrix multiplications (by the operands' dtype;
+    in Pallas's Triton attention kernels, counted from the query's shape as causal)
     and the bytes it reads and writes in device memory; a loop body's kernels count
     once per iteration of the loop's known trip count. Bytes read from or written to
     host memory (``S(5)``) are counted apart, as host-link traffic each way.

@@ -14,6 +14,7 @@ import numpy as np
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
+from remat_guide import _attention as attention_kernels
 from remat_guide import _validation as validation
 from remat_guide import exercise
 
@@ -627,31 +628,41 @@ def _rotary(x: jax.Array, theta: float) -> jax.Array:
 def _batch_spec(mesh: Any, ndim: int) -> Any:
     """The sharding of an activation: its batch over the mesh's ``data`` and ``fsdp`` axes."""
     axes = tuple(axis for axis in ("data", "fsdp") if axis in mesh.axis_names)
-    auto = jax.sharding.AbstractMesh(tuple(mesh.shape[a] for a in mesh.axis_names), tuple(mesh.axis_names),
+    return jax.sharding.NamedSharding(_auto(mesh), jax.sharding.PartitionSpec(axes or None, *([None] * (ndim - 1))))
+
+
+def _auto(mesh: Any) -> jax.sharding.AbstractMesh:
+    """The mesh's shape and axis names, all axes automatic, with no devices: the same on any target's devices."""
+    return jax.sharding.AbstractMesh(tuple(mesh.shape[a] for a in mesh.axis_names), tuple(mesh.axis_names),
                                      axis_types=(jax.sharding.AxisType.Auto,) * len(mesh.axis_names))
-    return jax.sharding.NamedSharding(auto, jax.sharding.PartitionSpec(axes or None, *([None] * (ndim - 1))))
 
 
-def _decoder_block(config: DecoderConfig, x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
+def _decoder_block(config: DecoderConfig, attend: Callable, x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     p = jax.tree.map(lambda w: w.astype(jnp.bfloat16), p)  # float32 parameters are master weights
-    batch, seq, _ = x.shape
     h = _decoder_rms_norm(x, p["attn_norm"])
     q = checkpoint_name(jnp.einsum("btd,dhk->bthk", h, p["query"]), "query_proj")
     k = checkpoint_name(jnp.einsum("btd,dnk->btnk", h, p["key"]), "key_proj")
     v = checkpoint_name(jnp.einsum("btd,dnk->btnk", h, p["value"]), "value_proj")
     q, k = _rotary(q, config.rope_theta), _rotary(k, config.rope_theta)
-    groups = q.reshape(batch, seq, config.kv_heads, config.heads // config.kv_heads, config.head_dim)
-    scores = jnp.einsum("btngk,bsnk->bngts", groups, k, preferred_element_type=jnp.float32)
-    causal = jnp.tril(jnp.ones((seq, seq), dtype=bool))
-    scores = jnp.where(causal, scores / math.sqrt(config.head_dim), jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1).astype(jnp.bfloat16)
-    context = jnp.einsum("bngts,bsnk->btngk", weights, v).reshape(batch, seq, config.heads, config.head_dim)
-    context = checkpoint_name(context, "context")
+    context = checkpoint_name(attend(q, k, v), "context")
     x = x + checkpoint_name(jnp.einsum("bthk,hkd->btd", context, p["out"]), "out_proj")
     h = _decoder_rms_norm(x, p["mlp_norm"])
     gate = checkpoint_name(h @ p["gate"], "mlpwi_0")
     up = checkpoint_name(h @ p["up"], "mlpwi_1")
     return x + checkpoint_name((jax.nn.silu(gate) * up) @ p["down"], "mlpwo")
+
+
+def _attend(implementation: Any, mesh: Any) -> Callable:
+    """The attention of ``implementation``; a kernel's runs on each device's shard of the batch and heads."""
+    if not isinstance(implementation, str) or implementation not in attention_kernels.IMPLEMENTATIONS:
+        raise ValueError(f"attention must be one of {', '.join(map(repr, attention_kernels.IMPLEMENTATIONS))}, "
+                         f"got {implementation!r}")
+    attend = attention_kernels.attention(implementation)
+    if mesh is None or implementation in ("xla", "blockwise"):
+        return attend
+    spec = jax.sharding.PartitionSpec(tuple(a for a in ("data", "fsdp") if a in mesh.axis_names) or None, None,
+                                      "tensor" if "tensor" in mesh.axis_names else None, None)
+    return jax.shard_map(attend, mesh=_auto(mesh), in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
 
 
 def _decoder_head(x: jax.Array, scale: jax.Array, unembed: jax.Array, targets: jax.Array) -> jax.Array:
@@ -663,11 +674,11 @@ def _decoder_head(x: jax.Array, scale: jax.Array, unembed: jax.Array, targets: j
     return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - chosen)
 
 
-def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
+def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None, attention: str = "xla") -> Loss:
     """A Llama-style decoder's next-token loss, its blocks scanned over the layers.
 
-    Each block: RMSNorm, grouped-query attention with rotary embeddings (causal, the
-    plain ``softmax(q k^T) v`` of XLA, no fused attention kernel), RMSNorm, a SwiGLU MLP,
+    Each block: RMSNorm, causal grouped-query attention with rotary embeddings (by default
+    XLA's plain ``softmax(q k^T) v``; see ``attention``), RMSNorm, a SwiGLU MLP,
     each with a residual connection; then a final RMSNorm, the output projection to the
     vocabulary (float32 logits) and the mean cross-entropy. Matmuls run in bfloat16;
     float32 parameters are cast to bfloat16 inside each block, as master weights are. The
@@ -680,6 +691,16 @@ def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
         mesh: The ``jax.sharding.Mesh`` the arguments are sharded over (see
             :func:`decoder_args`), so that every block's activations stay sharded over
             the batch; ``None`` when they are not sharded.
+        attention: How the attention is computed. ``"xla"``: XLA's plain softmax, whose
+            float32 (seq, seq) scores a policy may keep. ``"fused"``: what training at
+            scale runs, picked for the platform the program is lowered for: Pallas's
+            splash kernel on TPUs, Pallas's Triton flash kernel on NVIDIA GPUs, and
+            elsewhere (the CPU), or when the sequence is not a multiple of 128 tokens,
+            ``"blockwise"``. ``"blockwise"``: plain JAX that keeps
+            what the kernels keep (q, k, v, the output and each row's log-sum-exp) and
+            recomputes the scores block by block, so its memory is a fused kernel's.
+            ``"splash"``, ``"triton"``: that kernel only. A kernel runs on each device's
+            shard of the batch and heads (``jax.shard_map`` over ``mesh``).
 
     Returns:
         The loss ``f(params, batch)`` for ``params`` and ``batch`` as
@@ -688,6 +709,7 @@ def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
     Raises:
         TypeError: If ``config`` is not a :class:`DecoderConfig`, ``policy`` is neither
             None nor a policy, or ``mesh`` is not a mesh.
+        ValueError: If ``attention`` is none of the above.
 
     Examples:
         >>> import jax
@@ -696,11 +718,15 @@ def decoder_loss(config: DecoderConfig, policy: Any, mesh: Any = None) -> Loss:
         >>> params, _, batch = decoder_args(config, batch=2, seq=16)
         >>> jax.eval_shape(decoder_loss(config, None), params, batch)
         ShapeDtypeStruct(shape=(), dtype=float32)
+        >>> args = jax.tree.map(lambda s: jax.numpy.ones(s.shape, s.dtype), decoder_args(config, 2, 128))
+        >>> plain, fused = (decoder_loss(config, None, attention=name)(args[0], args[2]) for name in ("xla", "fused"))
+        >>> bool(abs(plain - fused) < 1e-2)
+        True
     """
     config = _config(config)
     policy = _policy(policy)
     _mesh(mesh)
-    block = functools.partial(_decoder_block, config)
+    block = functools.partial(_decoder_block, config, _attend(attention, mesh))
     head = _decoder_head
     if policy is not None:
         block = jax.checkpoint(block, policy=policy, prevent_cse=False)
@@ -751,7 +777,8 @@ def decoder_optimizer(learning_rate: float = 3e-4) -> Any:
     return _optax().adamw(learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
 
 
-def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer: Any = None) -> Callable:
+def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer: Any = None,
+                 attention: str = "xla") -> Callable:
     """One training step of :func:`decoder_loss`: ``step(params, opt_state, batch) -> (params, opt_state, loss)``.
 
     The gradient of the loss, the optimizer's update and the new parameters, as a training
@@ -767,6 +794,7 @@ def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer
         mesh: As for :func:`decoder_loss`.
         optimizer: An optax ``GradientTransformation``; ``None`` for
             :func:`decoder_optimizer`. :func:`decoder_args` must be given the same one.
+        attention: As for :func:`decoder_loss`.
 
     Returns:
         The step.
@@ -786,7 +814,7 @@ def decoder_step(config: DecoderConfig, policy: Any, mesh: Any = None, optimizer
     """
     optax = _optax()
     optimizer = _optimizer(optimizer)
-    loss = decoder_loss(config, policy, mesh)
+    loss = decoder_loss(config, policy, mesh, attention)
 
     def step(params: Any, opt_state: Any, batch: dict[str, jax.Array]) -> tuple[Any, Any, jax.Array]:
         value, grads = jax.value_and_grad(loss)(params, batch)

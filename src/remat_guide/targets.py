@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -18,7 +19,8 @@ import numpy as np
 from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr, target_figures, unrun_options
 
-__all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "place",
+__all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "lowering_for",
+           "place",
            "target", "target_devices", "usable_bytes"]
 
 _TPU_EXTRA = "pip install 'remat-guide[tpu]' (or: pip install libtpu==0.0.51)"
@@ -309,6 +311,29 @@ def target_devices(name: str | Target, count: int = 1) -> list[Any]:
 
 
 _AVAILABLE = re.compile(r"exceeds available HBM \(([\d.]+)G\)")
+
+
+def lowering_for(name: str | Target) -> contextlib.AbstractContextManager:
+    """The context to lower a program for a target in: for a GPU, one of its devices as JAX's default device.
+
+    Pallas's Triton kernels (such as the ``"fused"`` attention of
+    :func:`remat_guide.models.decoder_loss`) are lowered for the default device's kind of
+    GPU; on a machine without that GPU they could not lower otherwise. Programs without
+    such a kernel lower the same in it. For a TPU, no context.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide.targets import lowering_for, place
+        >>> x = place(jax.ShapeDtypeStruct((4,), "float32"), "h100")
+        >>> with lowering_for("h100"):
+        ...     lowered = jax.jit(lambda x: x * 2).lower(x)
+        >>> lowered.compile().memory_analysis().output_size_in_bytes
+        16
+    """
+    chosen = target(name)
+    if chosen.platform == "tpu":
+        return contextlib.nullcontext()
+    return jax.default_device(target_devices(chosen)[0])
 
 
 def usable_bytes(name: str | Target) -> int:
