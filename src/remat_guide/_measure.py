@@ -28,7 +28,7 @@ from remat_guide.targets import Target, device_bytes, estimate_step, lowering_fo
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "budget_or_usable", "call_loss", "check_inputs", "default_policies", "measure",
-           "refused_bytes", "standard_policy", "target_device_bytes", "trace_baseline", "trace_policy"]
+           "refused_bytes", "standard_policy", "target_step", "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
 CHECKPOINTED_BASELINE = "loss_for(None)"
@@ -426,8 +426,9 @@ def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str 
         return None, str(error)
 
 
-def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool]:
-    """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), and whether it was refused.
+def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool, float | None]:
+    """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), whether it was refused,
+    and its estimated step time (``None`` on a target without an estimate, or when refused).
 
     Only the target's program is compiled. A program XLA's TPU compiler refuses needs what
     its error message says; it never fits, whatever that figure.
@@ -435,8 +436,9 @@ def target_device_bytes(loss_for: Callable, policy: Any, inputs: Inputs) -> tupl
     _, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
     compiled, refusal = _on_target(on_target, inputs.target)
     if refusal is not None:
-        return refused_bytes(refusal), True
-    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target), False
+        return refused_bytes(refusal), True, None
+    seconds = None if inputs.target.hardware is None else estimate_step(compiled["kernels"], inputs.target).seconds
+    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target), False, seconds
 
 
 def budget_or_usable(budget_bytes: Any, targets: Iterable[str | None]) -> int:

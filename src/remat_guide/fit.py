@@ -12,13 +12,14 @@ import numpy as np
 import pandas as pd
 
 from remat_guide import _validation as validation
-from remat_guide._measure import budget_or_usable, check_inputs, target_device_bytes
+from remat_guide._measure import BASELINE, as_policies, budget_or_usable, check_inputs, target_step
 from remat_guide.compare import PolicyRow
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
 from remat_guide.tables import Table
 
-__all__ = ["BatchFit", "MemoryBreakdown", "device_nbytes", "largest_batch", "step_memory"]
+__all__ = ["BatchFit", "BatchPlan", "MemoryBreakdown", "PolicyBatch", "device_nbytes", "largest_batch",
+           "recommend_batch", "step_memory"]
 
 
 def device_nbytes(tree: Any) -> int:
@@ -209,6 +210,9 @@ class BatchFit:
         refused: The batches XLA's TPU compiler refused (their figure in ``compiled`` is
             the one its message gave); none of them fits, whatever that figure.
         budget_bytes: The budget the batches were held to.
+        step_seconds: The estimated time of a step at ``batch`` (as
+            ``PolicyRow.step_seconds``): ``None`` on a target without an estimate (a TPU)
+            or for batch 0.
     """
 
     batch: int
@@ -216,6 +220,7 @@ class BatchFit:
     compiled: tuple[tuple[int, int], ...]
     refused: tuple[int, ...]
     budget_bytes: int
+    step_seconds: float | None = None
 
 
 def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Callable[[int], tuple], /, *,
@@ -285,11 +290,12 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
         validation.policy(policy, "policy")
     needs: dict[int, int] = {}
     refused: list[int] = []
+    seconds: dict[int, float | None] = {}
 
     def need(batch: int) -> int:
         if batch not in needs:
             inputs = check_inputs(tuple(args_for(batch)), 0, None, False, target, step, donate_argnums)
-            needs[batch], was_refused = target_device_bytes(loss_for, policy, inputs)
+            needs[batch], was_refused, seconds[batch] = target_step(loss_for, policy, inputs)
             if was_refused:
                 refused.append(batch)
         return needs[batch]
@@ -299,7 +305,7 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
 
     def found(batch: int) -> BatchFit:
         return BatchFit(batch, needs[batch if batch else multiple], tuple(needs.items()), tuple(refused),
-                        budget_bytes)
+                        budget_bytes, seconds[batch] if batch else None)
 
     if not fits(multiple):
         return found(0)
@@ -331,3 +337,151 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
         else:
             high = guess
     return found(low)
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyBatch:
+    """One policy at the batch :func:`recommend_batch` holds it to.
+
+    Attributes:
+        name: The policy's label.
+        policy: The object to pass as ``jax.checkpoint(..., policy=...)`` (``None``: no checkpoint).
+        batch: The largest batch that fits, or the required global batch when one is
+            given and fits; 0 when no batch fits.
+        device_bytes: What ``batch`` needs per device (``PolicyRow.device_bytes``).
+        step_seconds: The estimated time of a step at ``batch`` (GPU targets; ``None`` on a TPU).
+        tokens_per_second: ``batch * tokens_per_example / step_seconds``, or ``None``.
+        fit: The search behind ``batch`` (:class:`BatchFit`); ``None`` with a global batch.
+    """
+
+    name: str
+    policy: Any
+    batch: int
+    device_bytes: int
+    step_seconds: float | None
+    tokens_per_second: float | None
+    fit: BatchFit | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """A policy and a batch for a training step (see :func:`recommend_batch`).
+
+    Attributes:
+        rows: Every policy at its batch, in the order given.
+        pick: The chosen row; ``None`` when no policy fits.
+        basis: What the pick rests on, in words.
+        global_batch: The required global batch, or ``None``.
+    """
+
+    rows: tuple[PolicyBatch, ...]
+    pick: PolicyBatch | None
+    basis: str
+    global_batch: int | None
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per policy: batch, memory, estimated step and tokens per second, and ``picked``."""
+        return pd.DataFrame({
+            "policy": [row.name for row in self.rows],
+            "batch": [row.batch for row in self.rows],
+            "memory": [row.device_bytes for row in self.rows],
+            "est. step": [row.step_seconds for row in self.rows],
+            "tokens/s": [row.tokens_per_second for row in self.rows],
+            "picked": [row is self.pick for row in self.rows],
+        })
+
+
+def recommend_batch(step_for: Callable[[Any], Callable[..., Any]], args_for: Callable[[int], tuple], /, *,
+                    policies: Any, target: str, tokens_per_example: int, budget_bytes: int | None = None,
+                    multiple: int = 1, limit: int = 2**16, global_batch: int | None = None, step: bool = True,
+                    donate_argnums: Any = None, include_none: bool = True) -> BatchPlan:
+    """A policy and a batch: per policy the largest batch that fits, and the one with the most tokens per second.
+
+    For each policy, :func:`largest_batch` finds the largest batch that fits the budget
+    by compiling for the target (a refused program never fits), and the same compile
+    gives the estimated step time at that batch. On a GPU target the pick is the policy
+    with the most tokens per second at its largest batch (``batch * tokens_per_example /
+    step_seconds``). Given ``global_batch``, each policy is compiled at that batch only,
+    and the pick is the fastest of those that fit it. On a TPU target, where the package
+    estimates no time, the pick is the policy with the largest batch (given a global
+    batch: the least memory at it), and ``basis`` says so: it is not a statement about
+    speed. A tie goes to the policy listed first.
+
+    Args:
+        step_for: As for :func:`largest_batch` (``step=True``: a training step; with
+            ``step=False``, a ``loss_for``).
+        args_for: As for :func:`largest_batch`.
+        policies: As for :func:`remat_guide.compare_policies`: names from
+            ``jax.checkpoint_policies`` or ``{label: policy}``.
+        target: The accelerator to compile for.
+        tokens_per_example: Tokens in one example of the batch (the sequence length).
+        budget_bytes: As for :func:`largest_batch`.
+        multiple: As for :func:`largest_batch`.
+        limit: As for :func:`largest_batch`.
+        global_batch: A batch the step must run at, a multiple of ``multiple``; ``None``
+            to search each policy's largest batch.
+        step: As for :func:`largest_batch` (here ``True`` by default).
+        donate_argnums: As for :func:`largest_batch`.
+        include_none: Whether ``step_for(None)``, no checkpoint, is a candidate too (the
+            first row, ``"no checkpoint"``).
+
+    Returns:
+        A :class:`BatchPlan`.
+
+    Raises:
+        TypeError, ValueError: As for :func:`largest_batch`, or if ``tokens_per_example``
+            or ``global_batch`` is not a positive int, or ``global_batch`` is not a
+            multiple of ``multiple``.
+
+    Examples:
+        >>> import functools
+        >>> from remat_guide.fit import recommend_batch
+        >>> from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_step
+        >>> config = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+        >>> plan = recommend_batch(functools.partial(decoder_step, config), lambda b: decoder_args(config, b, 64),
+        ...                        policies={"full": MAXTEXT_PRESETS["full"], "minimal": MAXTEXT_PRESETS["minimal"]},
+        ...                        target="h100", tokens_per_example=64, budget_bytes=2**23)
+        >>> [row.name for row in plan.rows]
+        ['no checkpoint', 'full', 'minimal']
+        >>> plan.pick.tokens_per_second == max(row.tokens_per_second for row in plan.rows if row.batch)
+        True
+    """
+    if target is None:
+        raise TypeError("target must name an accelerator to compile for, such as 'h100' or 'tpu-v5p'; got None")
+    from remat_guide.targets import target as find_target
+
+    chosen = find_target(target)
+    budget_bytes = budget_or_usable(budget_bytes, [target])
+    tokens_per_example = validation.integer(tokens_per_example, "tokens_per_example", minimum=1)
+    multiple = validation.integer(multiple, "multiple", minimum=1)
+    named = {BASELINE: None} if validation.boolean(include_none, "include_none") else {}
+    named.update(as_policies(policies))
+    if global_batch is not None:
+        global_batch = validation.integer(global_batch, "global_batch", minimum=1)
+        if global_batch % multiple:
+            raise ValueError(f"global_batch ({global_batch}) must be a multiple of multiple ({multiple})")
+    rows = []
+    for name, policy in named.items():
+        if global_batch is None:
+            fit = largest_batch(step_for, args_for, policy=policy, target=target, budget_bytes=budget_bytes,
+                                multiple=multiple, limit=limit, step=step, donate_argnums=donate_argnums)
+            batch, need, seconds = fit.batch, fit.device_bytes, fit.step_seconds
+        else:
+            fit = None
+            inputs = check_inputs(tuple(args_for(global_batch)), 0, None, False, target, step, donate_argnums)
+            need, refused, seconds = target_step(step_for, policy, inputs)
+            batch = global_batch if not refused and need <= budget_bytes else 0
+        tokens = batch * tokens_per_example / seconds if batch and seconds else None
+        rows.append(PolicyBatch(name, policy, batch, need, seconds if batch else None, tokens, fit))
+    fitting = [row for row in rows if row.batch]
+    if chosen.hardware is not None:
+        pick = max(fitting, key=lambda row: row.tokens_per_second, default=None)
+        basis = ("the least estimated step time at the global batch" if global_batch else
+                 "the most tokens per second by estimate, each policy at its largest batch")
+    elif global_batch is None:
+        pick = max(fitting, key=lambda row: row.batch, default=None)
+        basis = "the largest batch (no step time is estimated for this target)"
+    else:
+        pick = min(fitting, key=lambda row: row.device_bytes, default=None)
+        basis = "the least memory at the global batch (no step time is estimated for this target)"
+    return BatchPlan(tuple(rows), pick, basis, global_batch)

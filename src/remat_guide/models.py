@@ -21,6 +21,7 @@ from remat_guide import exercise
 __all__ = [
     "DECODER_NAMES",
     "LLAMA3",
+    "MAXTEXT_EXPRESSIONS",
     "MAXTEXT_PRESETS",
     "DecoderConfig",
     "decoder_args",
@@ -550,22 +551,37 @@ its projection, the MLP's gate (``mlpwi_0``), up (``mlpwi_1``) and down (``mlpwo
 projections, and the output logits."""
 
 
+_QKV = ("query_proj", "value_proj", "key_proj")
+# Each preset as (a function of jax.checkpoint_policies, its keyword or positional arguments).
+_PRESETS: dict[str, tuple[str, tuple, dict[str, Any]]] = {
+    "full": ("nothing_saveable", (), {}),
+    "minimal": ("dots_with_no_batch_dims_saveable", (), {}),
+    "save_dot_with_context_except_mlp": ("save_only_these_names", (*_QKV, "context", "out_proj"), {}),
+    "save_dot_except_mlpwi": ("save_only_these_names", (*_QKV, "out_proj", "mlpwo"), {}),
+    "save_dot_except_mlp": ("save_only_these_names", (*_QKV, "out_proj"), {}),
+    "save_qkv_proj": ("save_only_these_names", _QKV, {}),
+    "save_out_proj": ("save_only_these_names", ("out_proj",), {}),
+    "qkv_proj_offloaded": ("save_and_offload_only_these_names", (),
+                           {"names_which_can_be_saved": [], "names_which_can_be_offloaded": list(_QKV),
+                            "offload_src": "device", "offload_dst": "pinned_host"}),
+    "minimal_offloaded": ("offload_dot_with_no_batch_dims", ("device", "pinned_host"), {}),
+}
+
+
 def _maxtext_presets() -> dict[str, Any]:
     policies = jax.checkpoint_policies
-    names = policies.save_only_these_names
-    return {
-        "full": policies.nothing_saveable,
-        "minimal": policies.dots_with_no_batch_dims_saveable,
-        "save_dot_with_context_except_mlp": names("query_proj", "value_proj", "key_proj", "context", "out_proj"),
-        "save_dot_except_mlpwi": names("query_proj", "value_proj", "key_proj", "out_proj", "mlpwo"),
-        "save_dot_except_mlp": names("query_proj", "value_proj", "key_proj", "out_proj"),
-        "save_qkv_proj": names("query_proj", "value_proj", "key_proj"),
-        "save_out_proj": names("out_proj"),
-        "qkv_proj_offloaded": policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=["query_proj", "value_proj", "key_proj"],
-            offload_src="device", offload_dst="pinned_host"),
-        "minimal_offloaded": policies.offload_dot_with_no_batch_dims("device", "pinned_host"),
-    }
+    made = {}
+    for name, (function, args, keywords) in _PRESETS.items():
+        policy = getattr(policies, function)
+        made[name] = policy(*args, **keywords) if args or keywords else policy
+    return made
+
+
+def _expression(function: str, args: tuple, keywords: dict[str, Any]) -> str:
+    if not (args or keywords):
+        return f"jax.checkpoint_policies.{function}"
+    written = [repr(arg) for arg in args] + [f"{key}={value!r}" for key, value in keywords.items()]
+    return f"jax.checkpoint_policies.{function}({', '.join(written)})"
 
 
 MAXTEXT_PRESETS = _maxtext_presets()
@@ -577,6 +593,11 @@ dimensions, the ``save_*`` presets keep the named projections, the ``*_offloaded
 move theirs to pinned host memory. Newer MaxText versions define ``minimal`` by names
 instead; the policy here is the one that source gives.
 """
+
+MAXTEXT_EXPRESSIONS = {name: _expression(*spec) for name, spec in _PRESETS.items()}
+"""Each of :data:`MAXTEXT_PRESETS` as the ``jax.checkpoint_policies`` expression that makes it
+(``save_qkv_proj``: ``jax.checkpoint_policies.save_only_these_names('query_proj', 'value_proj',
+'key_proj')``)."""
 
 
 def _is_entry(leaf: Any) -> bool:

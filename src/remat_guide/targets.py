@@ -11,6 +11,8 @@ import mmap
 import os
 import pathlib
 import re
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -313,13 +315,16 @@ def target_devices(name: str | Target, count: int = 1) -> list[Any]:
 _AVAILABLE = re.compile(r"exceeds available HBM \(([\d.]+)G\)")
 
 
-def lowering_for(name: str | Target) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def lowering_for(name: str | Target) -> Iterator[None]:
     """The context to lower a program for a target in: for a GPU, one of its devices as JAX's default device.
 
     Pallas's Triton kernels (such as the ``"fused"`` attention of
     :func:`remat_guide.models.decoder_loss`) are lowered for the default device's kind of
-    GPU; on a machine without that GPU they could not lower otherwise. Programs without
-    such a kernel lower the same in it. For a TPU, no context.
+    GPU; on a machine without that GPU they could not lower otherwise. JAX 0.12 warns at
+    each such lowering that the Pallas Triton backend is deprecated (in favour of Mosaic
+    GPU); that one warning is silenced here. Programs without such a kernel lower the same
+    in it. For a TPU, no context.
 
     Examples:
         >>> import jax
@@ -332,8 +337,11 @@ def lowering_for(name: str | Target) -> contextlib.AbstractContextManager:
     """
     chosen = target(name)
     if chosen.platform == "tpu":
-        return contextlib.nullcontext()
-    return jax.default_device(target_devices(chosen)[0])
+        yield
+        return
+    with jax.default_device(target_devices(chosen)[0]), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The Pallas Triton backend is deprecated", DeprecationWarning)
+        yield
 
 
 def usable_bytes(name: str | Target) -> int:

@@ -4,10 +4,10 @@ import re
 
 from helpers import html_tables, page_text, tables_with
 
-SHORT = ["1B, 1 H100", "1B, 1 v5e", "1B, 4 v5e", "8B, 8 H100", "8B, 8 v5p", "70B, 64 H100", "70B, 64 v5p"]
+SHORT = ["1B, 1 H100", "1B, 1 v5e", "1B, 4 v5e", "8B, 8 H100", "8B, 8 v5p", "70B, 64 H100"]
 SETUPS = ["Llama 3.2 1B on one H100", "Llama 3.2 1B on one TPU v5e chip", "Llama 3.2 1B on 4 TPU v5e chips",
-          "Llama 3.1 8B on 8 H100s", "Llama 3.1 8B on 8 TPU v5p chips", "Llama 3.1 70B on 64 H100s",
-          "Llama 3.1 70B on 64 TPU v5p chips"]
+          "Llama 3.1 8B on 8 H100s", "Llama 3.1 8B on 8 TPU v5p chips", "Llama 3.1 70B on 64 H100s"]
+SEARCHED = ["no checkpoint", "full", "minimal", "save_qkv_proj"]
 
 
 def _setup_tables(html):
@@ -17,22 +17,43 @@ def _setup_tables(html):
     return [[dict(zip(header, row)) for row in body] for header, *body in found]
 
 
-def test_the_page_answers_first_and_names_what_its_figures_are(built_page):
+def test_the_page_answers_first_with_a_policy_and_a_batch_and_names_its_attention(built_page):
     html = built_page("fit.html")
     text = page_text(html)
     assert "{glue" not in text
-    opening = text[:text.index("The setups#")]
+    opening = text[:text.index("What the fused kernel changes#")]
     assert "the compiler’s plan" in opening and "never a run" in opening
-    assert "No setup fits without a checkpoint" in opening
-    answers = tables_with(html, "setup", "fit", "picked")
+    assert "with a fused attention kernel" in text[:600]
+    answers = tables_with(html, "setup", "pick", "tokens/s")
     assert len(answers) == 1
     assert [row["setup"] for row in answers[0]] == SHORT
-    assert answers[0][1]["picked"] == "none" and answers[0][1]["largest batch"] == "0 / 0 / 0"
-    assert "under full / minimal / save_qkv_proj" in opening
     for row in answers[0]:
-        batches = [int(b) for b in row["largest batch"].split(" / ")]
-        assert len(batches) == 3
-        assert (row["picked"] == "none") == (batches == [0, 0, 0])
+        gpu = "H100" in row["setup"]
+        batches = dict(zip(SEARCHED, row["largest batch"].split(" / ")))
+        if gpu:
+            assert all(value.isdigit() for value in batches.values()), row
+            assert row["tokens/s"].endswith(" k")
+        else:  # searched for no checkpoint and full only; no time estimate
+            assert batches["minimal"] == batches["save_qkv_proj"] == "–"
+            assert row["tokens/s"] in ("no estimate", "–")
+        if row["pick"] == "none fits":
+            assert {value for value in batches.values() if value != "–"} == {"0"}
+        else:
+            name, batch = row["pick"].rsplit(" at ", 1)
+            assert batches[name] == batch != "0"
+    one_chip = answers[0][1]
+    assert one_chip["pick"] == "none fits"
+
+
+def test_the_kernel_contrast_shows_the_plain_attention_beside_the_fused_one(built_page):
+    html = built_page("fit.html")
+    [contrast] = tables_with(html, "setup", "fit, fused", "fit, plain")
+    assert [row["setup"] for row in contrast] == SHORT
+    none = next(h for h in contrast[0] if h.startswith("no checkpoint, fused ("))
+    plain = next(h for h in contrast[0] if h.startswith("no checkpoint, plain ("))
+    assert float(contrast[0][none]) < 40 <= float(contrast[0][plain])  # the 1B on one H100, in GiB
+    presets = tables_with(html, "preset", "policy")
+    assert presets and presets[0][0] == {"preset": "full", "policy": "nothing_saveable"}
 
 
 def test_each_setup_has_its_table_with_every_policy(built_page):
@@ -45,7 +66,6 @@ def test_each_setup_has_its_table_with_every_policy(built_page):
     for setup, rows in zip(SETUPS, tables):
         assert [row["policy"] for row in rows] == ["no checkpoint", "full", "minimal", "dots_saveable",
                                                    "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded"]
-        assert rows[0]["fits"] in ("no", "refused"), setup
         has_time = any(header.startswith("est. step") for header in rows[0])
         assert has_time == ("H100" in setup), setup
         assert len(rows[0]) <= 5  # narrow enough for a phone
@@ -53,15 +73,22 @@ def test_each_setup_has_its_table_with_every_policy(built_page):
     assert {row["fits"] for row in one_chip} == {"refused"}
 
 
-def test_host_memory_is_listed_for_the_offloading_policy(built_page):
+def test_host_memory_is_listed_for_the_offloading_policy_and_refused_where_refused(built_page):
     html = built_page("fit.html")
-    host = [t for t in tables_with(html, "setup") if any(h.startswith("host (") for h in t[0])]
+    host = [t for t in tables_with(html, "setup", "host")]
     assert len(host) == 1
-    column = next(h for h in host[0][0] if h.startswith("host ("))
-    values = {row["setup"]: float(row[column]) for row in host[0]}
+    values = {row["setup"]: row["host"] for row in host[0]}
     assert list(values) == SETUPS
-    assert values["Llama 3.2 1B on one TPU v5e chip"] == 0  # refused: no figure
-    assert all(value > 0 for setup, value in values.items() if setup != "Llama 3.2 1B on one TPU v5e chip")
+    assert values["Llama 3.2 1B on one TPU v5e chip"] == "refused"
+    assert all(value.endswith(" GiB") and float(value.split()[0]) > 0
+               for setup, value in values.items() if setup != "Llama 3.2 1B on one TPU v5e chip")
+
+
+def test_the_long_context_table_lists_each_setup_and_policy(built_page):
+    html = built_page("fit.html")
+    [long] = tables_with(html, "setup", "policy", "fits")
+    assert {row["fits"] for row in long} <= {"yes", "no", "refused"}
+    assert [row["policy"] for row in long[:4]] == SEARCHED
 
 
 def test_the_memory_breakdown_and_the_plot_are_there(built_page):

@@ -10,7 +10,7 @@ import pytest
 
 from remat_guide import compare_policies, recommend_policy
 from remat_guide._measure import refused_bytes
-from remat_guide.fit import device_nbytes, largest_batch, step_memory
+from remat_guide.fit import device_nbytes, largest_batch, recommend_batch, step_memory
 from remat_guide.models import DECODER_NAMES, LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.planner import pick
 from remat_guide.targets import target, target_devices, usable_bytes
@@ -147,6 +147,60 @@ def test_largest_batch_stops_at_a_batch_that_fits_next_to_one_that_does_not():
     assert fit.batch % 2 == 0 and compiled[fit.batch] <= budget < compiled[fit.batch + 2]
     assert fit.device_bytes == compiled[fit.batch]
     assert len(compiled) <= 8
+
+
+TWO = {"full": MAXTEXT_PRESETS["full"], "minimal": MAXTEXT_PRESETS["minimal"]}
+
+
+def test_recommend_batch_picks_the_most_tokens_per_second_each_policy_at_its_largest_batch():
+    budget = 3 * 2**21
+    plan = recommend_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), policies=TWO, target="h100",
+                           tokens_per_example=64, budget_bytes=budget, multiple=2)
+    assert [row.name for row in plan.rows] == ["no checkpoint", "full", "minimal"]
+    for row in plan.rows:
+        alone = largest_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), policy=row.policy,
+                              budget_bytes=budget, target="h100", multiple=2, step=True)
+        assert (row.batch, row.device_bytes) == (alone.batch, alone.device_bytes) and row.fit == alone
+        assert row.tokens_per_second == pytest.approx(row.batch * 64 / row.step_seconds)
+    assert plan.pick.tokens_per_second == max(row.tokens_per_second for row in plan.rows)
+    assert "tokens per second" in plan.basis
+    frame = plan.to_pandas()
+    assert list(frame["picked"]) == [row is plan.pick for row in plan.rows] and frame["picked"].sum() == 1
+
+
+def test_recommend_batch_at_a_global_batch_picks_the_fastest_that_fits_it():
+    args_for = functools.partial(decoder_args, SMALL, seq=64)
+    plan = recommend_batch(_step_for(), lambda b: args_for(b), policies=TWO, target="h100", tokens_per_example=64,
+                           budget_bytes=3 * 2**21, global_batch=8, include_none=False)
+    rows = compare_policies(_step_for(), *args_for(8), step=True, target="h100", policies=TWO)
+    by_name = {row.name: row for row in rows}
+    for row in plan.rows:
+        fits = by_name[row.name].device_bytes <= 3 * 2**21
+        assert row.batch == (8 if fits else 0) and row.fit is None
+        assert row.device_bytes == by_name[row.name].device_bytes
+    fitting = [row for row in plan.rows if row.batch]
+    assert fitting and plan.pick.step_seconds == min(row.step_seconds for row in fitting)
+
+
+def test_on_a_tpu_recommend_batch_picks_the_largest_batch_and_says_it_estimates_no_time():
+    plan = recommend_batch(_rows_loss_for, _rows, policies=NOTHING, target="tpu-v5e", tokens_per_example=1,
+                           multiple=8, step=False, limit=512)
+    assert all(row.step_seconds is None and row.tokens_per_second is None for row in plan.rows)
+    alone = largest_batch(_rows_loss_for, _rows, policy=None, target="tpu-v5e", multiple=8, limit=512)
+    assert plan.pick.batch == max(row.batch for row in plan.rows) == alone.batch > 0
+    assert "no step time is estimated" in plan.basis
+
+
+@pytest.mark.parametrize("keywords, error, match", [
+    ({"tokens_per_example": 0}, ValueError, "tokens_per_example"),
+    ({"tokens_per_example": 64, "global_batch": 3, "multiple": 2}, ValueError, "global_batch \\(3\\) must"),
+    ({"tokens_per_example": 64, "include_none": "yes"}, TypeError, "include_none"),
+    ({"tokens_per_example": 64, "target": None}, TypeError, "target must name an accelerator"),
+])
+def test_recommend_batch_refuses_bad_arguments_by_name(keywords, error, match):
+    arguments = {"policies": TWO, "target": "h100", "budget_bytes": 2**20, **keywords}
+    with pytest.raises(error, match=match):
+        recommend_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), **arguments)
 
 
 def test_largest_batch_is_zero_when_nothing_fits():

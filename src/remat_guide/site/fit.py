@@ -12,17 +12,28 @@ import pandas as pd
 
 from remat_guide import compare_policies, plan_names, recommend_policy
 from remat_guide.compare import Comparison
-from remat_guide.fit import BatchFit, largest_batch, step_memory
+from remat_guide.fit import BatchPlan, recommend_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.site import hardware
 from remat_guide.targets import target, usable_bytes
 
-__all__ = ["DEVICES_NEEDED", "MEASURED", "MEASURED_POLICIES", "PLANNED", "POLICIES", "SEARCHED", "SEQ",
-           "SETUPS", "Setup", "answers", "batches", "breakdown", "budget", "h200_check", "h200_none_bytes",
-           "h200_software", "plan", "recommended", "rows", "summary"]
+__all__ = ["ATTENTION", "DEVICES_NEEDED", "LONG", "LONG_POLICIES", "LONG_SETUPS", "MEASURED", "MEASURED_POLICIES",
+           "PLAIN", "PLANNED", "POLICIES", "SEARCHED", "SEARCHED_TPU", "SEQ", "SETUPS", "Setup", "answers",
+           "batches", "breakdown", "budget", "contrast", "h200_check", "h200_none_bytes", "h200_software",
+           "host_table", "long_rows", "long_table", "plan", "recommended", "rows", "searched", "summary"]
 
 SEQ = 4096
 """Tokens per sequence in every setup."""
+
+LONG = 32_768
+"""The long context: tokens per sequence in the long-context tables."""
+
+ATTENTION = "fused"
+"""The attention of every figure but the contrast's: a fused kernel (splash on TPUs, Pallas's Triton
+kernel on the H100), as training at these sizes runs (see :func:`remat_guide.models.decoder_loss`)."""
+
+PLAIN = "xla"
+"""The contrast: XLA's plain ``softmax(q k^T) v``, whose float32 seq x seq scores a policy may keep."""
 
 DEVICES_NEEDED = 64
 """The simulated CPU devices the page's kernel asks for: the largest mesh's."""
@@ -39,7 +50,15 @@ POLICIES = {
 ``nothing_saveable``, ``minimal`` is ``dots_with_no_batch_dims_saveable``)."""
 
 SEARCHED = ("full", "minimal", "save_qkv_proj")
-"""The policies whose largest batch is searched by compiling (each search compiles 4 to 7 programs)."""
+"""The policies whose largest batch is searched by compiling on the H100, with no checkpoint (each
+search compiles about 4 programs)."""
+
+SEARCHED_TPU = ("full",)
+"""The policies searched on TPU chips, with no checkpoint: with no time estimate there, the pick is the
+largest batch, and each TPU program takes XLA's TPU compiler one to two minutes here."""
+
+LONG_POLICIES = ("full", "minimal", "save_qkv_proj")
+"""The policies compiled at the long context, with no checkpoint."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +101,11 @@ class Setup:
         """The batch's step: one sequence per FSDP group."""
         return self.fsdp
 
-    def args(self, batch: int) -> tuple:
-        return decoder_args(self.config, batch, SEQ, mesh=self.mesh)
+    def args(self, batch: int, seq: int = SEQ) -> tuple:
+        return decoder_args(self.config, batch, seq, mesh=self.mesh)
 
-    def step_for(self, policy: Any) -> Any:
-        return decoder_step(self.config, policy, self.mesh)
+    def step_for(self, policy: Any, attention: str = ATTENTION) -> Any:
+        return decoder_step(self.config, policy, self.mesh, attention=attention)
 
 
 SETUPS = (
@@ -96,11 +115,15 @@ SETUPS = (
     Setup("8b-h100", "8b", "h100", 8, 8, 1),
     Setup("8b-v5p", "8b", "tpu-v5p", 8, 8, 1),
     Setup("70b-h100", "70b", "h100", 64, 8, 8),
-    Setup("70b-v5p", "70b", "tpu-v5p", 64, 8, 8),
 )
 """The page's setups: batch one sequence per FSDP group, 4096 tokens each; FSDP over the
 devices (8 for the 8B, 4 for the 1B on TPU v5e chips), and for the 70B FSDP over 8 and
-tensor parallelism over 8."""
+tensor parallelism over 8. The 70B has no TPU setup: each of its steps for 64 TPU v5p chips
+takes XLA's TPU compiler one to two minutes here, and the page compiles a dozen."""
+
+LONG_SETUPS = ("1b-h100", "8b-h100", "8b-v5p", "70b-h100")
+"""The setups compiled at the long context (one TPU setup: each TPU program takes XLA's TPU compiler
+one to two minutes here)."""
 
 
 def budget(setup: Setup) -> int:
@@ -116,62 +139,116 @@ def budget(setup: Setup) -> int:
 
 
 @functools.cache
-def rows(key: str) -> Comparison:
+def rows(key: str, attention: str = ATTENTION, seq: int = SEQ) -> Comparison:
     """The compared policies of one setup, compiled for its target (one sequence per FSDP group)."""
     setup = _setup(key)
-    return compare_policies(setup.step_for, *setup.args(setup.multiple), step=True, target=setup.target,
-                            policies=POLICIES)
+    policies = POLICIES if seq == SEQ else {name: POLICIES[name] for name in LONG_POLICIES}
+    return compare_policies(functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple, seq),
+                            step=True, target=setup.target, policies=policies)
+
+
+def long_rows(key: str) -> Comparison:
+    """:func:`rows` at the long context (:data:`LONG` tokens), for :data:`LONG_POLICIES`."""
+    return rows(key, ATTENTION, LONG)
 
 
 @functools.cache
-def batches(key: str) -> dict[str, BatchFit]:
-    """The largest batch under each policy of :data:`SEARCHED` (and the baseline, when it fits at all)."""
+def batches(key: str) -> BatchPlan:
+    """:func:`remat_guide.fit.recommend_batch` for the setup: no checkpoint and :data:`SEARCHED`, fused attention."""
     setup = _setup(key)
-    found = {}
-    for name in SEARCHED:
-        found[name] = largest_batch(setup.step_for, setup.args, policy=POLICIES[name], budget_bytes=budget(setup),
-                                    target=setup.target, multiple=setup.multiple, limit=64 * setup.multiple,
-                                    step=True)
-    return found
+    return recommend_batch(setup.step_for, setup.args, policies={name: POLICIES[name] for name in searched(setup)},
+                           target=setup.target, tokens_per_example=SEQ, budget_bytes=budget(setup),
+                           multiple=setup.multiple, limit=64 * setup.multiple)
 
 
-def summary(key: str) -> pd.DataFrame:
-    """One setup's figures: per policy, memory per device, whether it fits, time, host bytes, FLOPs, largest batch."""
+def searched(setup: Setup) -> tuple[str, ...]:
+    """The policies whose largest batch the page searches in a setup: :data:`SEARCHED`, or :data:`SEARCHED_TPU`."""
+    return SEARCHED_TPU if setup.target.startswith("tpu") else SEARCHED
+
+
+def _fits(row: Any, setup: Setup) -> str:
+    return "refused" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
+
+
+def summary(key: str, attention: str = ATTENTION) -> pd.DataFrame:
+    """One setup's figures at one sequence per FSDP group: per policy, memory per device, fit, time, host, FLOPs."""
     setup = _setup(key)
-    found = batches(key)
-    frame = pd.DataFrame({
-        "policy": [row.name for row in rows(key)],
-        "memory": [row.device_bytes for row in rows(key)],
-        "fits": ["refused" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
-                 for row in rows(key)],
-        "est. step": [row.step_seconds for row in rows(key)],
-        "host": [row.host_bytes for row in rows(key)],
-        "FLOPs": [row.flops for row in rows(key)],
-        "largest batch": [found[row.name].batch if row.name in found else None for row in rows(key)],
+    compared = rows(key, attention)
+    return pd.DataFrame({
+        "policy": [row.name for row in compared],
+        "memory": [row.device_bytes for row in compared],
+        "fits": [_fits(row, setup) for row in compared],
+        "est. step": [row.step_seconds for row in compared],
+        "host": [row.host_bytes for row in compared],
+        "FLOPs": [row.flops for row in compared],
     })
-    return frame
 
 
 def answers() -> pd.DataFrame:
-    """The page's opening table: per setup, how many policies fit, the pick, its time and the largest batches."""
+    """The page's opening table: per setup, the pick as a policy and a batch, its tokens per second, the batches."""
     lines = []
     for setup in SETUPS:
-        frame, picked, found = summary(setup.key), recommended(setup.key), batches(setup.key)
+        found = batches(setup.key)
+        picked = found.pick
         lines.append({
             "setup": setup.short,
-            "fit": f"{(frame['fits'] == 'yes').sum()}/{len(frame)}",
-            "picked": "none" if picked is None else picked.name,
-            "est. step": None if picked is None else picked.step_seconds,
-            "largest batch": " / ".join(str(found[n].batch) for n in SEARCHED),
+            "pick": "none fits" if picked is None else f"{picked.name} at {picked.batch}",
+            "tokens/s": _rate(picked),
+            "largest batch": " / ".join(next((str(row.batch) for row in found.rows if row.name == name), "–")
+                                        for name in ("no checkpoint", *SEARCHED)),
         })
     return pd.DataFrame(lines)
 
 
-def recommended(key: str) -> Any:
+def _rate(row: Any) -> str:
+    """Tokens per second in thousands (``"52.6 k"``), or why there is no figure."""
+    if row is None:
+        return "–"
+    return "no estimate" if row.tokens_per_second is None else f"{row.tokens_per_second / 1e3:.1f} k"
+
+
+def long_table() -> pd.DataFrame:
+    """At :data:`LONG` tokens, one sequence per FSDP group: memory and fit per setup and policy."""
+    lines = []
+    for key in LONG_SETUPS:
+        setup = _setup(key)
+        for row in long_rows(key):
+            lines.append({"setup": setup.short, "policy": row.name, "memory": row.device_bytes,
+                          "fits": _fits(row, setup)})
+    return pd.DataFrame(lines)
+
+
+def host_table(name: str) -> pd.DataFrame:
+    """What policy ``name`` moves to host memory per device in each setup; ``"refused"`` where refused."""
+    lines = []
+    for setup in SETUPS:
+        row = next(row for row in rows(setup.key) if row.name == name)
+        lines.append({"setup": setup.label, "host": "refused" if row.refused else _gib(row.host_bytes)})
+    return pd.DataFrame(lines)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def contrast() -> pd.DataFrame:
+    """Per setup, what the fused kernel changes: no checkpoint's memory and how many programs fit, each attention."""
+    lines = []
+    for setup in SETUPS:
+        line = {"setup": setup.short}
+        for attention, label in ((ATTENTION, "fused"), (PLAIN, "plain")):
+            frame = summary(setup.key, attention)
+            line[f"no checkpoint, {label}"] = frame["memory"].iloc[0]
+            line[f"fit, {label}"] = f"{(frame['fits'] == 'yes').sum()}/{len(frame)}"
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def recommended(key: str, attention: str = ATTENTION) -> Any:
     """What :func:`remat_guide.recommend_policy` picks from the setup's rows at its budget (``None``: none fits)."""
     setup = _setup(key)
     try:
-        return recommend_policy(rows=rows(key), budget_bytes=budget(setup))
+        return recommend_policy(rows=rows(key, attention), budget_bytes=budget(setup))
     except ValueError:
         return None
 
@@ -192,7 +269,8 @@ def plan(key: str) -> Any:
 def breakdown(key: str, name: str) -> pd.DataFrame:
     """Where one policy's memory goes in one setup (see :func:`remat_guide.fit.step_memory`), as a table.
 
-    A residual that a policy keeps as a matmul's output, not by its name, is listed by the
+    The residuals are those of the loss with the target's kernel (``"fused"`` lists every
+    kernel's it may lower to). A residual that a policy keeps as a matmul's output, not by its name, is listed by the
     line of ``remat_guide.models`` that computes it; here it is named by the
     ``checkpoint_name`` tag on that line, or as the block's input. The float32 logits
     are singled out of the rest of the temporary memory unless a residual holds them.
@@ -202,7 +280,8 @@ def breakdown(key: str, name: str) -> pd.DataFrame:
     params, opt_state, batch = setup.args(setup.multiple)
     tokens = setup.multiple // setup.fsdp * SEQ  # per device: one sequence per FSDP group
     logits = "logits (float32)"
-    frame = step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh), params, opt_state, batch,
+    kernel = "splash" if setup.target.startswith("tpu") else "triton"  # what "fused" lowers to there
+    frame = step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh, kernel), params, opt_state, batch,
                         also={logits: tokens * setup.config.vocab * 4 // setup.tensor}).to_pandas()
     frame["part"] = [_named(part) for part in frame["part"]]
     if "residual logits" in set(frame["part"]):  # the policy keeps them: listed already, not part of the rest

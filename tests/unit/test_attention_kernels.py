@@ -1,0 +1,115 @@
+"""The decoder's attention implementations: the same values and gradients, a fused kernel's memory, the kernels."""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from remat_guide import _attention as attention
+from remat_guide import _roofline as roofline
+from remat_guide import compare_policies, saved_residuals
+from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
+from remat_guide.targets import lowering_for, place
+
+SMALL = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
+# Heads of 128 features and 256 tokens: the shapes the kernels' blocks need.
+KERNEL_SIZED = LLAMA3["8b"].smaller(layers=2, d_model=256, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
+
+
+def _qkv(batch=2, seq=64, heads=8, kv_heads=2, dim=16):
+    keys = jax.random.split(jax.random.key(0), 3)
+    shapes = [(batch, seq, heads, dim), (batch, seq, kv_heads, dim), (batch, seq, kv_heads, dim)]
+    return [jax.random.normal(key, shape, jnp.float32) for key, shape in zip(keys, shapes)]
+
+
+def test_the_blockwise_attention_has_the_plain_attentions_values_and_gradients(monkeypatch):
+    monkeypatch.setattr(attention, "_SCORES_AT_ONCE", 2 * 8 * 16 * 64)  # four blocks of 16 queries
+    assert attention._chunk(2, 64, 8) == 16
+    q, k, v = _qkv()
+    with jax.default_matmul_precision("highest"):
+        np.testing.assert_allclose(attention.blockwise(q, k, v), attention.plain(q, k, v), atol=1e-5)
+        grads = [jax.grad(lambda *a, f=f: jnp.sum(jnp.sin(f(*a))), argnums=(0, 1, 2))(q, k, v)
+                 for f in (attention.blockwise, attention.plain)]
+    for blockwise, plain in zip(*grads):
+        np.testing.assert_allclose(blockwise, plain, atol=1e-4)
+
+
+def test_the_blockwise_attention_is_causal():
+    q, k, v = _qkv()
+    changed = v.at[:, 40:].set(0.0)  # later tokens cannot reach earlier outputs
+    np.testing.assert_array_equal(attention.blockwise(q, k, v)[:, :40], attention.blockwise(q, k, changed)[:, :40])
+
+
+@pytest.mark.parametrize("name", ["fused", "blockwise"])
+def test_the_decoders_fused_attention_computes_the_plain_loss_and_gradient_on_the_cpu(name):
+    params, _, batch = jax.tree.map(lambda s: jnp.full(s.shape, 0.02, s.dtype), decoder_args(SMALL, 2, 128))
+    batch = {"inputs": jnp.arange(256).reshape(2, 128) % 256, "targets": jnp.arange(256).reshape(2, 128)[::-1] % 256}
+    values = {a: jax.value_and_grad(decoder_loss(SMALL, None, attention=a))(params, batch) for a in ("xla", name)}
+    np.testing.assert_allclose(values[name][0], values["xla"][0], rtol=1e-2)
+    for fused, plain in zip(jax.tree.leaves(values[name][1]), jax.tree.leaves(values["xla"][1])):
+        np.testing.assert_allclose(fused, plain, atol=2e-3)
+
+
+def test_the_kernels_keep_no_seq_by_seq_array_and_the_plain_attention_does():
+    params, _, batch = decoder_args(SMALL, 2, 512)  # 512 tokens: no other array is (512, 512)
+    for name in ("xla", "blockwise", "splash", "triton"):
+        residuals = saved_residuals(decoder_loss(SMALL, None, attention=name), params, batch)
+        square = [r for r in residuals if tuple(r.shape[-2:]) == (512, 512)]
+        assert bool(square) == (name == "xla"), name
+
+
+def test_fused_lists_the_residuals_of_every_kernel_it_may_lower_to_and_compiles_to_one():
+    params, _, batch = decoder_args(SMALL, 2, 256)
+    kept = {name: saved_residuals(decoder_loss(SMALL, None, attention=name), params, batch).total_bytes
+            for name in ("fused", "blockwise", "splash", "triton")}
+    assert kept["fused"] > max(kept["blockwise"], kept["splash"], kept["triton"])
+    memory = {}
+    for name in ("fused", "splash"):
+        args = place(decoder_args(KERNEL_SIZED, 1, 256), "tpu-v5e")
+        compiled = jax.jit(decoder_step(KERNEL_SIZED, None, attention=name), donate_argnums=(0, 1)).lower(*args)
+        memory[name] = compiled.compile().memory_analysis().temp_size_in_bytes
+    assert memory["fused"] == memory["splash"]
+
+
+def test_an_unknown_attention_is_refused_by_name():
+    with pytest.raises(ValueError, match="attention must be one of 'xla', 'fused'"):
+        decoder_loss(SMALL, None, attention="flash")
+
+
+def _compiled_text(target, attention_name, policy=None):
+    args = place(decoder_args(KERNEL_SIZED, 1, 256), target)
+    with lowering_for(target):
+        lowered = jax.jit(decoder_step(KERNEL_SIZED, policy, attention=attention_name),
+                          donate_argnums=(0, 1)).lower(*args)
+    return lowered.compile().as_text()
+
+
+def test_on_a_tpu_the_fused_attention_is_the_splash_kernel():
+    assert "tpu_custom_call" in _compiled_text("tpu-v5e", "fused")
+    assert "tpu_custom_call" not in _compiled_text("tpu-v5e", "xla")
+
+
+def test_on_a_gpu_the_fused_attention_is_pallas_triton_kernel_and_its_flops_are_counted():
+    text = _compiled_text("h100", "fused")
+    names = re.findall(r'name = "(mha_\w+)"', text)
+    assert {"mha_forward", "mha_backward"} <= set(names)
+    counted = sum(count * flops.get("bf16", 0) for count, flops, _ in roofline.kernels(text)["kernels"])
+    without = sum(count * flops.get("bf16", 0)
+                  for count, flops, _ in roofline.kernels(re.sub(r'name = "mha_', 'name = "other_', text))["kernels"])
+    # Two layers, one sequence of 256 tokens, 2 heads of 128: the forward's 2 products and the
+    # backward's 7, each 2 * seq * seq * head_dim FLOPs per head, half of them (causal).
+    per_product = 2 * 256 * 256 * 128 * 2 // 2
+    assert counted - without == 2 * (2 + 7) * per_product
+
+
+def test_the_fused_attentions_step_needs_less_memory_on_every_target():
+    for target in ("h100", "tpu-v5e"):
+        rows = {name: compare_policies(functools.partial(decoder_step, KERNEL_SIZED, attention=name),
+                                       *decoder_args(KERNEL_SIZED, 4, 1024), step=True, target=target,
+                                       policies={"full": MAXTEXT_PRESETS["full"]})
+                for name in ("xla", "fused")}
+        assert rows["fused"][0].device_bytes < rows["xla"][0].device_bytes, target
+        assert rows["fused"][1].flops >= rows["fused"][0].flops
