@@ -134,7 +134,10 @@ def write(folder: pathlib.Path, entries: Iterable[dict[str, Any]]) -> None:
             path.unlink()
     for name, target_entries in by_target.items():
         lines = [_line(entry) for entry in sorted(target_entries, key=lambda e: e["key"])]
-        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        # Written aside and renamed: a build reading the store never sees half a file.
+        written = folder / f".{name}.jsonl.tmp"
+        written.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(written, folder / f"{name}.jsonl")
 
 
 def write_program(folder: pathlib.Path, key: str, text: str) -> pathlib.Path:

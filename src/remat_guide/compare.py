@@ -377,8 +377,8 @@ def compare_policies(
             ``peak_bytes``, ``host_bytes``, ...) are then that compiler's buffer
             assignment, not a run, and on a GPU ``step_seconds`` an estimate from the
             program compiled for it; their FLOPs are those of the same gradient compiled
-            for this machine. XLA's TPU compiler comes with ``pip install 'remat-guide[tpu]'``,
-            its GPU compiler with ``pip install 'remat-guide[gpu]'`` (and
+            for this machine. XLA's TPU compiler comes with ``pip install '.[tpu]'`` in a clone of this site,
+            its GPU compiler with ``pip install '.[gpu]'`` (and
             ``JAX_PLATFORMS=cpu`` on a machine without an NVIDIA driver).
             A program that does not fit a TPU chip's memory is refused by XLA's TPU
             compiler; its row says so (``refused``) with the memory the compiler said it

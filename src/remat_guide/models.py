@@ -769,8 +769,8 @@ def _optax() -> Any:
     try:
         import optax
     except ModuleNotFoundError as error:
-        raise ModuleNotFoundError("the decoder's training step uses optax: pip install 'remat-guide[train]' "
-                                  "(or: pip install optax)") from error
+        raise ModuleNotFoundError("the decoder's training step uses optax: pip install '.[train]' in a clone of "
+                                  "remat-guide (or: pip install optax)") from error
     return optax
 
 

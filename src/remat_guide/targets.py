@@ -25,8 +25,8 @@ __all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_by
            "place",
            "target", "target_devices", "usable_bytes"]
 
-_TPU_EXTRA = "pip install 'remat-guide[tpu]' (or: pip install libtpu==0.0.51)"
-_GPU_EXTRA = ("pip install 'remat-guide[gpu]' (or: pip install jax-cuda12-plugin==0.12.0.1 "
+_TPU_EXTRA = "pip install '.[tpu]' in a clone of remat-guide (or: pip install libtpu==0.0.51)"
+_GPU_EXTRA = ("pip install '.[gpu]' in a clone of remat-guide (or: pip install jax-cuda12-plugin==0.12.0.1 "
               "jax-cuda12-pjrt==0.12.0.1)")
 
 
