@@ -269,10 +269,11 @@ def plan(key: str) -> Any:
 def breakdown(key: str, name: str) -> pd.DataFrame:
     """Where one policy's memory goes in one setup (see :func:`remat_guide.fit.step_memory`), as a table.
 
-    The residuals are those of the loss with the target's kernel (``"fused"`` lists every
-    kernel's it may lower to). A residual that a policy keeps as a matmul's output, not by its name, is listed by the
-    line of ``remat_guide.models`` that computes it; here it is named by the
-    ``checkpoint_name`` tag on that line, or as the block's input. The float32 logits
+    The residuals are those of the loss with the blockwise stand-in of the fused kernel
+    (``"fused"`` would list those of every kernel it may lower to). A residual that a
+    policy keeps as a matmul's output, not by its name, is listed by the line of
+    ``remat_guide.models`` that computes it; here it is named by the ``checkpoint_name``
+    tag on that line, or as the block's input. The float32 logits
     are singled out of the rest of the temporary memory unless a residual holds them.
     """
     setup = _setup(key)
@@ -280,8 +281,10 @@ def breakdown(key: str, name: str) -> pd.DataFrame:
     params, opt_state, batch = setup.args(setup.multiple)
     tokens = setup.multiple // setup.fsdp * SEQ  # per device: one sequence per FSDP group
     logits = "logits (float32)"
-    kernel = "splash" if setup.target.startswith("tpu") else "triton"  # what "fused" lowers to there
-    frame = step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh, kernel), params, opt_state, batch,
+    # The kernels lower only for their accelerator, and the residuals' shardings are read from a
+    # CPU program: the stand-in, which keeps what they keep, lists the residuals.
+    frame = step_memory(row, decoder_loss(setup.config, row.policy, setup.mesh, "blockwise"), params, opt_state,
+                        batch,
                         also={logits: tokens * setup.config.vocab * 4 // setup.tensor}).to_pandas()
     frame["part"] = [_named(part) for part in frame["part"]]
     if "residual logits" in set(frame["part"]):  # the policy keeps them: listed already, not part of the rest
