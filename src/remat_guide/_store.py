@@ -61,6 +61,26 @@ def entry_key(target: str, compiler: str, options: dict[str, Any], text: str) ->
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+_PACKAGE_FOLDERS = sorted({str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).resolve().parent)},
+                          key=len, reverse=True)
+
+
+def portable(text: str) -> str:
+    """A lowered program's text with this package's folder written ``<remat_guide>``, the same in every clone.
+
+    Pallas kernels (the decoder's fused attention) carry their caller's file path in the
+    program; with it, a key would differ between two checkouts of the same code.
+
+    Examples:
+        >>> import remat_guide, pathlib
+        >>> portable(f'loc("{pathlib.Path(remat_guide.__file__).parent}/_attention.py")')
+        'loc("<remat_guide>/_attention.py")'
+    """
+    for folder in _PACKAGE_FOLDERS:
+        text = text.replace(folder + "/", "<remat_guide>/")
+    return text
+
+
 def program_name(text: str) -> str:
     """The lowered program's module name (``jit_loss``), for messages and the store's entries."""
     match = _MODULE.search(text)
