@@ -48,7 +48,10 @@ def entry_key(target: str, compiler: str, options: dict[str, Any], text: str) ->
         target: The target's name (``"h100"``).
         compiler: The compiler's packages and versions (``"jaxlib 0.12.0.1, libtpu 0.0.51"``).
         options: The compile options, with ``XLA_FLAGS`` and JAX's settings that reach the compiler.
-        text: The lowered program's text, without source locations.
+        text: The lowered program's text, without source locations. The serialized IR of a
+            Pallas Triton kernel enters as its length only: it records its caller's file,
+            and the bytes that give that path's length differ between two checkouts. The
+            kernel is still told apart by its name, grid, launch settings and operands.
 
     Examples:
         >>> key = entry_key("h100", "jaxlib 1", {}, "module @jit_f {}")
@@ -57,8 +60,12 @@ def entry_key(target: str, compiler: str, options: dict[str, Any], text: str) ->
         >>> key == entry_key("h200", "jaxlib 1", {}, "module @jit_f {}")
         False
     """
+    text = _TRITON_IR.sub(lambda found: f'ir = "<{len(found.group(1))} characters of Triton IR>"', text)
     parts = [target, compiler, json.dumps(options, sort_keys=True), text]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+_TRITON_IR = re.compile(r'ir = "((?:[^"\\]|\\.)*)"')
 
 
 _PACKAGE_FOLDERS = sorted({str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).resolve().parent)},
