@@ -271,7 +271,7 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
         kind = f"compiled {json.dumps(settings, sort_keys=True)}"
         return _raise_error(figures(kind, target, lowered,
                                    lambda: _compile_figures(lowered, options, log, platform)))
-    text = store.portable(lowered.as_text())
+    text = lowered.as_text()
     compiler = compiler_version(platform)
     key = store.entry_key(target, compiler, settings, text)
     build_log = store.log()

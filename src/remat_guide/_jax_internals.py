@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import jax.extend.backend
@@ -9,11 +11,13 @@ import jax.extend.backend
 # XLA's cost analysis of one HLO computation: count_flops costs each loop body on its own.
 # JAX exposes cost analysis only for a whole compiled program (Compiled.cost_analysis), and
 # no public function parses HLO text, so both come from jaxlib's extension modules.
+from jax._src import config
 from jax._src.interpreters import mlir, pxla
 from jax._src.lib import _jax
 from jaxlib import _hlo
 
-__all__ = ["REQUIRED", "compile_arguments", "compile_text", "hlo_flops", "scan_operands", "traceback_frames"]
+__all__ = ["REQUIRED", "compile_arguments", "compile_text", "file_names_only", "hlo_flops", "scan_operands",
+           "traceback_frames"]
 
 REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),
@@ -22,12 +26,33 @@ REQUIRED = {
     "jax._src.interpreters.pxla.get_prop_to_input_output": (pxla, "get_prop_to_input_output"),
     "jax._src.interpreters.pxla._cached_compilation": (pxla, "_cached_compilation"),
     "jax._src.interpreters.mlir.make_ir_context": (mlir, "make_ir_context"),
+    "jax._src.config.hlo_source_file_canonicalization_regex": (config, "hlo_source_file_canonicalization_regex"),
 }
 """The internal functions this module calls, as dotted names mapped to ``(module, attribute)``.
 
 Two more internals are read as attributes, not called: a scan equation's ``ft_in``
 parameter (:func:`scan_operands`, which raises a ValueError naming it when it is missing)
 and a ``Traceback``'s ``frames`` (``traceback_frames``)."""
+
+
+@contextlib.contextmanager
+def file_names_only() -> Iterator[None]:
+    """Lower with source files named by their base name only (``_attention.py``, not its folder).
+
+    A Pallas kernel's serialized body records the file of the code that called it, and
+    ``Lowered.as_text`` keeps that body whole; with the folder in it, the same program lowered
+    in two checkouts would differ. JAX's ``jax_hlo_source_file_canonicalization_regex``
+    removes what its pattern matches from every source file it records; here, every folder.
+
+    Examples:
+        >>> import jax
+        >>> from remat_guide._jax_internals import file_names_only
+        >>> with file_names_only():
+        ...     print(jax.config.jax_hlo_source_file_canonicalization_regex)
+        .*/
+    """
+    with config.hlo_source_file_canonicalization_regex(".*/"):
+        yield
 
 
 def hlo_flops(hlo_text: str) -> float:

@@ -48,10 +48,8 @@ def entry_key(target: str, compiler: str, options: dict[str, Any], text: str) ->
         target: The target's name (``"h100"``).
         compiler: The compiler's packages and versions (``"jaxlib 0.12.0.1, libtpu 0.0.51"``).
         options: The compile options, with ``XLA_FLAGS`` and JAX's settings that reach the compiler.
-        text: The lowered program's text, without source locations. The serialized IR of a
-            Pallas Triton kernel enters as its length only: it records its caller's file,
-            and the bytes that give that path's length differ between two checkouts. The
-            kernel is still told apart by its name, grid, launch settings and operands.
+        text: The lowered program's text, without source locations (a Pallas kernel's body
+            names source files without their folders: :func:`remat_guide.targets.lowering_for`).
 
     Examples:
         >>> key = entry_key("h100", "jaxlib 1", {}, "module @jit_f {}")
@@ -60,32 +58,8 @@ def entry_key(target: str, compiler: str, options: dict[str, Any], text: str) ->
         >>> key == entry_key("h200", "jaxlib 1", {}, "module @jit_f {}")
         False
     """
-    text = _TRITON_IR.sub(lambda found: f'ir = "<{len(found.group(1))} characters of Triton IR>"', text)
     parts = [target, compiler, json.dumps(options, sort_keys=True), text]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-_TRITON_IR = re.compile(r'ir = "((?:[^"\\]|\\.)*)"')
-
-
-_PACKAGE_FOLDERS = sorted({str(pathlib.Path(__file__).parent), str(pathlib.Path(__file__).resolve().parent)},
-                          key=len, reverse=True)
-
-
-def portable(text: str) -> str:
-    """A lowered program's text with this package's folder written ``<remat_guide>``, the same in every clone.
-
-    Pallas kernels (the decoder's fused attention) carry their caller's file path in the
-    program; with it, a key would differ between two checkouts of the same code.
-
-    Examples:
-        >>> import remat_guide, pathlib
-        >>> portable(f'loc("{pathlib.Path(remat_guide.__file__).parent}/_attention.py")')
-        'loc("<remat_guide>/_attention.py")'
-    """
-    for folder in _PACKAGE_FOLDERS:
-        text = text.replace(folder + "/", "<remat_guide>/")
-    return text
 
 
 def program_name(text: str) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 
 from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr, target_figures, unrun_options
+from remat_guide._jax_internals import file_names_only
 
 __all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "lowering_for",
            "place",
@@ -317,14 +318,17 @@ _AVAILABLE = re.compile(r"exceeds available HBM \(([\d.]+)G\)")
 
 @contextlib.contextmanager
 def lowering_for(name: str | Target) -> Iterator[None]:
-    """The context to lower a program for a target in: for a GPU, one of its devices as JAX's default device.
+    """The context to lower a program for a target in, so that it lowers the same in every checkout.
 
-    Pallas's Triton kernels (such as the ``"fused"`` attention of
-    :func:`remat_guide.models.decoder_loss`) are lowered for the default device's kind of
-    GPU; on a machine without that GPU they could not lower otherwise. JAX 0.12 warns at
-    each such lowering that the Pallas Triton backend is deprecated (in favour of Mosaic
-    GPU); that one warning is silenced here. Programs without such a kernel lower the same
-    in it. For a TPU, no context.
+    Two things change inside it. Source files are recorded by their base name only: a
+    Pallas kernel (such as the ``"fused"`` attention of
+    :func:`remat_guide.models.decoder_loss`) carries its caller's file in its serialized
+    body, and with the folder in it the same program would differ between two clones. For
+    a GPU, one of the target's devices is JAX's default device: Pallas's Triton kernels are
+    lowered for the default device's kind of GPU and could not lower otherwise on a machine
+    without that GPU. JAX 0.12 warns at each such lowering that the Pallas Triton backend is
+    deprecated (in favour of Mosaic GPU); that one warning is silenced here. Programs without
+    a kernel lower the same in it as outside it.
 
     Examples:
         >>> import jax
@@ -336,11 +340,12 @@ def lowering_for(name: str | Target) -> Iterator[None]:
         16
     """
     chosen = target(name)
-    if chosen.platform == "tpu":
-        yield
-        return
-    with jax.default_device(target_devices(chosen)[0]), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The Pallas Triton backend is deprecated", DeprecationWarning)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(file_names_only())
+        if chosen.platform != "tpu":
+            stack.enter_context(jax.default_device(target_devices(chosen)[0]))
+            stack.enter_context(warnings.catch_warnings())
+            warnings.filterwarnings("ignore", "The Pallas Triton backend is deprecated", DeprecationWarning)
         yield
 
 
