@@ -381,8 +381,8 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
         nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)
         return {**_TARGET_FLOPS[text], **nothing, "peak_bytes": refused_bytes(refusal), "step_seconds": None,
                 "refused": refusal.splitlines()[0]}
-    seconds = None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
-    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])), "step_seconds": seconds}
+    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])),
+            "step_seconds": _step_seconds(compiled, chosen)}
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
@@ -426,6 +426,11 @@ def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str 
         return None, str(error)
 
 
+def _step_seconds(compiled: dict[str, Any], chosen: Target) -> float | None:
+    """The estimated step time of a program compiled for ``chosen``; ``None`` for a target without an estimate."""
+    return None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
+
+
 def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool, float | None]:
     """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), whether it was refused,
     and its estimated step time (``None`` on a target without an estimate, or when refused).
@@ -437,8 +442,8 @@ def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, b
     compiled, refusal = _on_target(on_target, inputs.target)
     if refusal is not None:
         return refused_bytes(refusal), True, None
-    seconds = None if inputs.target.hardware is None else estimate_step(compiled["kernels"], inputs.target).seconds
-    return device_bytes(types.SimpleNamespace(**compiled["memory"]), inputs.target), False, seconds
+    memory = types.SimpleNamespace(**compiled["memory"])
+    return device_bytes(memory, inputs.target), False, _step_seconds(compiled, inputs.target)
 
 
 def budget_or_usable(budget_bytes: Any, targets: Iterable[str | None]) -> int:
