@@ -39,9 +39,9 @@ and a ``Traceback``'s ``frames`` (``traceback_frames``)."""
 def file_names_only() -> Iterator[None]:
     """Lower with source files named by their base name only (``_attention.py``, not its folder).
 
-    A Pallas kernel's serialized body records the file of the code that called it, and
-    ``Lowered.as_text`` keeps that body whole; with the folder in it, the same program lowered
-    in two checkouts would differ. JAX's ``jax_hlo_source_file_canonicalization_regex``
+    A Pallas kernel's serialized IR records source files (Triton's its caller's, Mosaic's the
+    kernel's own file inside JAX's installation), and ``Lowered.as_text`` keeps it whole; with
+    the folders in it, the same program lowered in two checkouts would differ. JAX's ``jax_hlo_source_file_canonicalization_regex``
     removes what its pattern matches from every source file it records; here, every folder.
 
     Examples:

@@ -322,8 +322,9 @@ def lowering_for(name: str | Target) -> Iterator[None]:
 
     Two things change inside it. Source files are recorded by their base name only: a
     Pallas kernel (such as the ``"fused"`` attention of
-    :func:`remat_guide.models.decoder_loss`) carries its caller's file in its serialized
-    body, and with the folder in it the same program would differ between two clones. For
+    :func:`remat_guide.models.decoder_loss`) carries source files in its serialized IR
+    (its caller's, or its own inside JAX's installation), and with their folders in it the
+    same program would differ between two clones. For
     a GPU, one of the target's devices is JAX's default device: Pallas's Triton kernels are
     lowered for the default device's kind of GPU and could not lower otherwise on a machine
     without that GPU. JAX 0.12 warns at each such lowering that the Pallas Triton backend is

@@ -1,7 +1,10 @@
 """The decoder's attention implementations: the same values and gradients, a fused kernel's memory, the kernels."""
 
+import base64
 import functools
+import pathlib
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,7 @@ from remat_guide import _attention as attention
 from remat_guide import _roofline as roofline
 from remat_guide import compare_policies, saved_residuals
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
-from remat_guide.targets import lowering_for, place
+from remat_guide.targets import lowering_for, place, target_devices
 
 SMALL = LLAMA3["8b"].smaller(layers=2, d_model=64, heads=4, kv_heads=2, mlp_dim=128, vocab=256)
 # Heads of 128 features and 256 tokens: the shapes the kernels' blocks need.
@@ -85,6 +88,32 @@ def _compiled_text(target, attention_name, policy=None):
         lowered = jax.jit(decoder_step(KERNEL_SIZED, policy, attention=attention_name),
                           donate_argnums=(0, 1)).lower(*args)
     return lowered.compile().as_text()
+
+
+def _lowered_text(target, inside):
+    """The fused step lowered for ``target`` inside ``lowering_for`` or, outside it, with only its device as default."""
+    args = place(decoder_args(KERNEL_SIZED, 1, 256), target)
+    lower = jax.jit(decoder_step(KERNEL_SIZED, None, attention="fused")).lower
+    context = lowering_for(target) if inside else jax.default_device(target_devices(target)[0])
+    with context, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Pallas Triton's, outside lowering_for
+        return lower(*args).as_text()
+
+
+def _with_kernel_bodies(text):
+    """The text with each Mosaic kernel's base64 body and locations decoded beside it (Triton's IR is text)."""
+    blobs = re.findall(r'\\22(?:body|debug_locations)\\22: \\22([A-Za-z0-9+/=]+)', text)
+    return text + "".join(base64.b64decode(blob + "=" * (-len(blob) % 4)).decode("latin-1") for blob in blobs)
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "h100"])
+def test_a_kernel_program_lowered_for_a_target_names_no_folder(target):
+    # The kernels record the files of their callers: this package's, or JAX's own for splash.
+    folders = [str(pathlib.Path(module.__file__).parent) for module in (attention, jax)]
+    outside, inside = (_with_kernel_bodies(_lowered_text(target, flag)) for flag in (False, True))
+    assert any(folder in outside for folder in folders)
+    assert not any(folder in inside for folder in folders)
+    assert ".py" in inside
 
 
 def test_on_a_tpu_the_fused_attention_is_the_splash_kernel():
