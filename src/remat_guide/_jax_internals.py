@@ -41,8 +41,9 @@ def file_names_only() -> Iterator[None]:
 
     A Pallas kernel's serialized IR records source files (Triton's its caller's, Mosaic's the
     kernel's own file inside JAX's installation), and ``Lowered.as_text`` keeps it whole; with
-    the folders in it, the same program lowered in two checkouts would differ. JAX's ``jax_hlo_source_file_canonicalization_regex``
-    removes what its pattern matches from every source file it records; here, every folder.
+    the folders in it, the same program lowered in two checkouts would differ. JAX's
+    ``jax_hlo_source_file_canonicalization_regex`` removes what its pattern matches from every
+    source file it records; here, every folder.
 
     Examples:
         >>> import jax
