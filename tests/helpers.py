@@ -16,6 +16,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from remat_guide import _jax_internals as jax_internals
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The sources of the pages that run as notebooks.
 NOTEBOOK_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md")
@@ -92,19 +94,27 @@ def scanned_loss_for(layer: Callable[[jax.Array, Any], jax.Array]) -> Callable[[
 
 @contextlib.contextmanager
 def counting_compiles() -> Iterator[list[int]]:
-    """Counts ``jax.stages.Lowered.compile`` calls made inside, from any thread: yields the list they append to."""
+    """Counts the compiles made inside, from any thread: yields the list they append to.
+
+    Counted: ``jax.stages.Lowered.compile`` and ``remat_guide._jax_internals.compile_text``
+    (the package compiles a target's program from its text without source locations).
+    """
     calls: list[int] = []
-    original = jax.stages.Lowered.compile
+    original, from_text = jax.stages.Lowered.compile, jax_internals.compile_text
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return original(self, *args, **kwargs)
 
-    jax.stages.Lowered.compile = counted
+    def counted_text(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return from_text(*args, **kwargs)
+
+    jax.stages.Lowered.compile, jax_internals.compile_text = counted, counted_text
     try:
         yield calls
     finally:
-        jax.stages.Lowered.compile = original
+        jax.stages.Lowered.compile, jax_internals.compile_text = original, from_text
 
 
 def chromium() -> str:

@@ -161,13 +161,16 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
                      platform: str = "") -> dict[str, Any]:
     """What XLA produced for a program: every ``memory_analysis()`` size, ``cost_analysis()``, its instructions.
 
+    The program is compiled from its text without source locations (see
+    ``remat_guide._jax_internals.compile_as_kept``), so the figures are those of the text the
+    figure store keys and keeps.
+
     For a GPU (``platform="cuda"``), also its kernels' matmul FLOPs and bytes, which the
     step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
     compiler refuses gives its error message instead; with ``log``, the lines XLA logged
     while compiling are kept too (they never reach stderr).
     """
-    return _figures_of(lambda: lowered.compile(compiler_options=options) if options else lowered.compile(),
-                       log, platform)
+    return _figures_of(lambda: jax_internals.compile_as_kept(lowered, options), log, platform)
 
 
 def _figures_of(compile_: Callable[[], Any], log: bool, platform: str) -> dict[str, Any]:
