@@ -22,8 +22,8 @@ from remat_guide import _jax_internals as jax_internals
 from remat_guide import _roofline as roofline
 from remat_guide import _store as store
 
-__all__ = ["ENVIRONMENT_VARIABLE", "captured_stderr", "compile_entry", "compile_unrun", "compiler_version", "figures",
-           "instruction_counts", "target_figures", "unrun_options"]
+__all__ = ["ENVIRONMENT_VARIABLE", "cached", "captured_stderr", "compile_entry", "compile_unrun", "compiler_version",
+           "figures", "instruction_counts", "target_figures", "unrun_options"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
 
@@ -116,6 +116,34 @@ def figures(kind: str, compiler: str, lowered: Any, compute: Callable[[], Any]) 
         found = compute()
         _put(cache_key, found)
     return found
+
+
+def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
+    """A result of ``compute()`` kept in the cache under ``kind`` and ``parts``, or read back from it.
+
+    For results that follow from compiled programs without being one (the command
+    line's answers). The key covers ``parts`` (JSON-serialisable), the XLA flags, the
+    versions of JAX, jaxlib and the accelerators' compilers installed and this package's
+    source. Without a cache (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time.
+    """
+    if _folder() is None:
+        return compute()
+    compilers = [f"{name} {_installed(name)}" for name in ("libtpu", "jax-cuda12-plugin")]
+    text = "\0".join([kind, os.environ.get("XLA_FLAGS", ""), _code_version(), *compilers,
+                      json.dumps(parts, sort_keys=True)])
+    cache_key = hashlib.sha256(text.encode()).hexdigest()
+    found = _get(cache_key)
+    if found is None:
+        found = compute()
+        _put(cache_key, found)
+    return found
+
+
+def _installed(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def compiler_version(platform: str) -> str:
@@ -285,6 +313,12 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     in_store = entry is not None
     if entry is None and build_log is not None:
         entry = build_log.find_missed(key)
+    if entry is None and build_log is None:
+        # No build records the miss (a user's run, the command line): its figures are kept in
+        # the cache, when one is set, so that the next run does not compile it again.
+        kind = f"compiled {json.dumps(settings, sort_keys=True)}"
+        return _raise_error(figures(kind, target, lowered,
+                                   lambda: _compile_figures(lowered, options, log, platform)))
     if entry is None:
         entry = {"key": key, "target": target, "compiler": compiler, "options": settings,
                  "program": store.program_name(text), "compile": jax_internals.compile_arguments(lowered),

@@ -28,7 +28,7 @@ from remat_guide.targets import Target, device_bytes, estimate_step, lowering_fo
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "budget_or_usable", "call_loss", "check_inputs", "default_policies", "measure",
-           "refused_bytes", "standard_policy", "target_step", "trace_baseline", "trace_policy"]
+           "refused_bytes", "standard_policy", "target_memory", "target_step", "trace_baseline", "trace_policy"]
 
 BASELINE = "no checkpoint"
 CHECKPOINTED_BASELINE = "loss_for(None)"
@@ -438,12 +438,24 @@ def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, b
     Only the target's program is compiled. A program XLA's TPU compiler refuses needs what
     its error message says; it never fits, whatever that figure.
     """
+    memory, refusal, seconds = target_memory(loss_for, policy, inputs)
+    if refusal is not None:
+        return refused_bytes(refusal), True, None
+    return device_bytes(types.SimpleNamespace(**memory), inputs.target), False, seconds
+
+
+def target_memory(loss_for: Callable, policy: Any,
+                  inputs: Inputs) -> tuple[dict[str, int] | None, str | None, float | None]:
+    """The memory figures of ``loss_for(policy)``'s program on ``inputs.target``, as ``memory_analysis()`` names
+    them, with the compiler's refusal (``None`` when it compiled) and the estimated step time.
+
+    Only the target's program is compiled; a refused program has no figures (``None``).
+    """
     _, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
     compiled, refusal = _on_target(on_target, inputs.target)
     if refusal is not None:
-        return refused_bytes(refusal), True, None
-    memory = types.SimpleNamespace(**compiled["memory"])
-    return device_bytes(memory, inputs.target), False, _step_seconds(compiled, inputs.target)
+        return None, refusal, None
+    return dict(compiled["memory"]), None, _step_seconds(compiled, inputs.target)
 
 
 def budget_or_usable(budget_bytes: Any, targets: Iterable[str | None]) -> int:
