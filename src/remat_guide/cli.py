@@ -270,13 +270,28 @@ def _clone_store() -> pathlib.Path | None:
     return store if (here.parent.name == "src" and store.is_dir()) else None
 
 
-def _prepare_environment(devices: int) -> None:
-    """JAX on the CPU with ``devices`` CPU devices for the mesh, the cache and the store; before JAX starts."""
+@contextlib.contextmanager
+def _environment() -> Iterator[None]:
+    """JAX on the CPU, the user's cache and a clone's figure store, for the command; as they were after it."""
+    names = ("JAX_PLATFORMS", "REMAT_GUIDE_CACHE_DIR", "REMAT_GUIDE_FIGURES")
+    saved = {name: os.environ.get(name) for name in names}
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["REMAT_GUIDE_CACHE_DIR"] = _cache_folder()
     store = _clone_store()
     if not os.environ.get("REMAT_GUIDE_FIGURES") and store is not None:
         os.environ["REMAT_GUIDE_FIGURES"] = str(store)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _cpu_devices(devices: int) -> None:
+    """Gives JAX ``devices`` CPU devices to build the mesh on, before it starts."""
     import jax
 
     if jax.config.jax_num_cpu_devices < devices:
@@ -579,6 +594,8 @@ def _part_name(part: str) -> str:
     if not part.startswith("residual ") or " at " not in part:
         return part
     primitive, where = part[len("residual "):].rsplit(" at ", 1)
+    if primitive == "sharding_constraint":  # the sharded block's input, constrained to its batch sharding
+        return "residual: each block's input"
     file, _, number = where.partition(":")
     if primitive == "dot_general" and file == "models.py" and number.isdigit():
         lines, _ = inspect.getsourcelines(models)
@@ -630,7 +647,7 @@ def _compare(options: argparse.Namespace, progress: _Progress) -> tuple[dict[str
     _count(options.devices, "--devices")
     budget = _budget(options)
     policies = _policies(options.policies, None)
-    _prepare_environment(options.devices)
+    _cpu_devices(options.devices)
     function = _user_function(options.function)
     try:
         returned = function()
@@ -834,19 +851,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_targets(options.json))
             return FITS
         progress = _Progress(not options.no_progress)
-        if options.command == "compare":
-            answer, rows = _compare(options, progress)
-            print(json.dumps(answer, indent=2) if options.json else _compare_text(answer, rows))
-            return FITS if answer["pick"] is not None else NOTHING_FITS
-        _target(options.target)
-        _prepare_environment(_count(options.devices, "--devices"))
-        request, config = _fit_request(options)
-        from remat_guide import _cache as cache
+        with _environment():
+            if options.command == "compare":
+                answer, rows = _compare(options, progress)
+                print(json.dumps(answer, indent=2) if options.json else _compare_text(answer, rows))
+                return FITS if answer["pick"] is not None else NOTHING_FITS
+            request, config = _fit_request(options)
+            _cpu_devices(request["devices"])
+            from remat_guide import _cache as cache
 
-        if os.environ.get("REMAT_GUIDE_FIGURES_LOG"):  # a site build: every read of the store is recorded
-            answer = _fit_answer(request, config, progress)
-        else:
-            answer = cache.cached("fit", request, lambda: _fit_answer(request, config, progress))
+            if os.environ.get("REMAT_GUIDE_FIGURES_LOG"):  # a build or a test run: every read is recorded
+                answer = _fit_answer(request, config, progress)
+            else:
+                answer = cache.cached("fit", request, lambda: _fit_answer(request, config, progress))
         print(json.dumps(answer, indent=2) if options.json else _fit_text(answer))
         return FITS if answer["pick"] is not None else NOTHING_FITS
     except UsageError as error:
