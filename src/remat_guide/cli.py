@@ -273,9 +273,16 @@ def _clone_store() -> pathlib.Path | None:
 @contextlib.contextmanager
 def _environment() -> Iterator[None]:
     """JAX on the CPU, the user's cache and a clone's figure store, for the command; as they were after it."""
-    names = ("JAX_PLATFORMS", "REMAT_GUIDE_CACHE_DIR", "REMAT_GUIDE_FIGURES")
+    names = ("REMAT_GUIDE_CACHE_DIR", "REMAT_GUIDE_FIGURES")
     saved = {name: os.environ.get(name) for name in names}
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if "JAX_PLATFORMS" not in os.environ:
+        # The accelerators' compilers describe their devices only when JAX runs on the CPU;
+        # importing the package imported JAX already, which reads its platforms when it starts.
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        import jax
+
+        with contextlib.suppress(Exception):
+            jax.config.update("jax_platforms", "cpu")
     os.environ["REMAT_GUIDE_CACHE_DIR"] = _cache_folder()
     store = _clone_store()
     if not os.environ.get("REMAT_GUIDE_FIGURES") and store is not None:
@@ -837,7 +844,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         :data:`FITS` (0) when a policy fits (or the targets were listed),
-        :data:`NOTHING_FITS` (1) when none does, :data:`BAD_INPUT` (2) for bad input.
+        :data:`NOTHING_FITS` (1) when none does, :data:`BAD_INPUT` (2) for bad input (or
+        a failure, such as a compiler that is not installed).
 
     Examples:
         >>> from remat_guide.cli import main
@@ -874,6 +882,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BAD_INPUT
     except (TypeError, ValueError) as error:
         print(f"remat-guide: error: {_first_line(error)}", file=sys.stderr)
+        return BAD_INPUT
+    except Exception as error:  # a failure of JAX or a compiler: its first line, never a traceback
+        print(f"remat-guide: error: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
         print("remat-guide: interrupted", file=sys.stderr)
