@@ -78,6 +78,11 @@ def _decimals(value: float, kind: str) -> int:
     return min(decimals, _RATIO_DECIMALS) if kind == "ratio" else decimals
 
 
+# A value under a hundredth of its column's unit would print as 0.00 and a tail of digits
+# (0.00006485 MiB): it shows in its own unit instead, named in the cell (68 B).
+_TINY = 1e-2
+
+
 def _formatter(kind: str, size: float) -> Any:
     if kind == "count" or (kind != "seconds" and kind != "ratio" and size == 1):
         return lambda v: "" if pd.isna(v) else f"{int(v):,}"
@@ -87,6 +92,10 @@ def _formatter(kind: str, size: float) -> Any:
         if pd.isna(v):
             return ""
         scaled = float(v) / size
+        if kind in _UNITS and 0 < abs(scaled) < _TINY:
+            name, own = unit_for([v], kind)
+            if own != size:
+                return _formatter(kind, own)(v) + f" {name}"
         return f"{scaled:,.{_decimals(scaled, kind)}f}{suffix}"
 
     return format_value
@@ -256,8 +265,9 @@ class Table:
 
     One rule for numbers: byte, FLOP and seconds columns show :data:`SIGNIFICANT` (four)
     significant figures, ratios the same but at most three decimals; counts, and bytes or
-    FLOPs under 1 KiB or 1 kFLOP, are whole numbers. No more digits are printed to tell
-    two values apart: where different values of a column print alike, each is marked
+    FLOPs under 1 KiB or 1 kFLOP, are whole numbers. A value under a hundredth of its
+    column's unit shows in its own unit, named in the cell (``68 B`` in a MiB column).
+    No more digits are printed to tell two values apart: where different values of a column print alike, each is marked
     ``≈`` and a note under the table says within what they are equal (0.1% of the value,
     or 0.001× for ratios under 10).
 
@@ -313,6 +323,13 @@ class Table:
             ≈1.000
              2.000
         ≈ temp (MiB): values that print alike are equal within 0.1%, not exactly
+        >>> print(Table(pd.DataFrame({"temp": [50 * 2**20, 68, 3 * 2**10]}),
+        ...             units={"temp": "bytes"}))
+        temp (MiB)
+        ----------
+             50.00
+              68 B
+         3.000 KiB
     """
 
     def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,
