@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import html
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "phone_columns", "unit_for", "word_breaks"]
+__all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "human_bytes", "phone_columns", "unit_for",
+           "word_breaks"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
@@ -99,6 +101,36 @@ def _formatter(kind: str, size: float) -> Any:
         return f"{scaled:,.{_decimals(scaled, kind)}f}{suffix}"
 
     return format_value
+
+
+def human_bytes(nbytes: int) -> str:
+    """A byte count for prose and summaries: in the largest unit it reaches, four significant figures.
+
+    Args:
+        nbytes: The count.
+
+    Returns:
+        The count with its unit, such as ``1.047 GiB``; under 1 KiB, the whole number
+        of bytes.
+
+    Examples:
+        >>> from remat_guide.tables import human_bytes
+        >>> human_bytes(1_124_073_472)
+        '1.047 GiB'
+        >>> human_bytes(12)
+        '12 bytes'
+        >>> human_bytes(3 * 2**20)
+        '3.000 MiB'
+
+    Raises:
+        TypeError: If ``nbytes`` is not an integer.
+    """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+        raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}")
+    name, size = unit_for([nbytes], "bytes")
+    if size == 1:
+        return f"{int(nbytes):,} byte{'' if nbytes == 1 else 's'}"
+    return f"{_formatter('bytes', size)(nbytes)} {name}"
 
 
 def _column_formatter(values: pd.Series, kind: str) -> tuple[str, Any]:

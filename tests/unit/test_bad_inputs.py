@@ -362,6 +362,10 @@ CASES = {
     "tables.unit_for": [
         ("unknown kind", lambda: tables.unit_for([1], "minutes"), ValueError, "kind"),
     ],
+    "tables.human_bytes": [
+        ("a float", lambda: tables.human_bytes(1.5), TypeError, "nbytes"),
+        ("a str", lambda: tables.human_bytes("12"), TypeError, "nbytes"),
+    ],
     "matrix_table": [
         ("a row lacks a column",
          lambda: policy_matrix.matrix_table({"p": {"inputs": "saved"}}, MATRIX_ROW), ValueError, "rows"),

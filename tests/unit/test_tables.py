@@ -151,3 +151,12 @@ def test_a_caption_sits_above_the_scrolling_box_so_a_phone_shows_all_of_it():
     caption, rest = html.split('<div class="remat-table-scroll">')
     assert caption == '<div class="remat-table-block"><p class="remat-table-caption">What &lt;this&gt; shows</p>'
     assert "<caption" not in rest and "What" not in rest
+
+
+def test_a_residual_listing_states_its_total_in_human_units():
+    from remat_guide import Residual, Residuals
+
+    big = Residual((1072, 256, 1024), np.dtype(np.float32), "primitive", "exp")
+    caption = str(Residuals([big, Residual((3,), np.dtype(np.float32), "primitive", "sin")]))
+    assert caption.splitlines()[0] == "2 residuals, 1.047 GiB in all"
+    assert "1,124,073,472" in caption  # the table about bytes keeps each exact count
