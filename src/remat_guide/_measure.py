@@ -256,12 +256,12 @@ def _trace_program(program: Any, args: tuple, kwargs: dict, name: str) -> Any:
             raise
         flax_says = str(error).partition(" (http")[0]
         raise ValueError(
-            f"{name}: Flax refused to trace the loss ({flax_says}). A Flax NNX model rebuilt "
+            f"{name}: Flax refused to trace it ({flax_says}). A Flax NNX model rebuilt "
             "with nnx.merge(graphdef, params, rest) reuses the variables of `rest`, which "
             "jax.grad traces outside the gradient, so the model may not update them (a "
             "dropout's RNG count, a batch norm's statistics). Rebuild it inside the loss "
             "with nnx.merge(graphdef, params, rest, copy=True): its variables are then the "
-            "loss's own."
+            "loss's own (the guide's frameworks page shows the whole recipe)."
         ) from error
 
 
@@ -285,12 +285,13 @@ def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[
                             has_aux=inputs.has_aux)
         program = jax.jit(gradient)
         what = f"the gradient of {name}"
-    traced = _trace_program(program, inputs.args, inputs.kwargs, name)
+    called = name.replace("loss_for", "step_for") if inputs.step else name
+    traced = _trace_program(program, inputs.args, inputs.kwargs, called)
     validation.check_program(traced.jaxpr.jaxpr, what)
     on_target = None
     if inputs.target is not None:
         args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
-        on_target = _trace_program(program, args, kwargs, name)
+        on_target = _trace_program(program, args, kwargs, called)
     return loss, traced, on_target
 
 
