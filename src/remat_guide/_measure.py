@@ -73,6 +73,7 @@ def default_policies(tags: Sequence[str]) -> dict[str, Any]:
 
 def as_policies(policies: Any) -> dict[str, Any]:
     """The ``policies`` argument of compare_policies as a dict from labels to checked policies."""
+    validation.ordered(policies, "policies")
     if isinstance(policies, Mapping):
         result = {}
         for label, policy in policies.items():
@@ -233,6 +234,37 @@ class Program:
     """The same gradient traced with the arguments placed on ``inputs.target``'s devices."""
 
 
+def _is_flax_trace_error(error: BaseException) -> bool:
+    """Whether ``error`` is Flax's ``TraceContextError`` (Flax need not be installed to ask)."""
+    kind = type(error)
+    return kind.__name__ == "TraceContextError" and kind.__module__.startswith("flax")
+
+
+def _trace_program(program: Any, args: tuple, kwargs: dict, name: str) -> Any:
+    """``program.trace(*args, **kwargs)``; Flax NNX's trace-level error explained in our words.
+
+    ``jax.grad`` traces the arguments it differentiates one level inside the others. An NNX
+    model rebuilt by ``nnx.merge`` without ``copy=True`` reuses the variables of the states it
+    is given, so a module that updates a variable of an argument not differentiated (a
+    dropout's RNG count, a batch norm's statistics) updates one of the outer level, which
+    Flax refuses deep inside the trace.
+    """
+    try:
+        return program.trace(*args, **kwargs)
+    except Exception as error:
+        if not _is_flax_trace_error(error):
+            raise
+        flax_says = str(error).partition(" (http")[0]
+        raise ValueError(
+            f"{name}: Flax refused to trace it ({flax_says}). A Flax NNX model rebuilt "
+            "with nnx.merge(graphdef, params, rest) reuses the variables of `rest`, which "
+            "jax.grad traces outside the gradient, so the model may not update them (a "
+            "dropout's RNG count, a batch norm's statistics). Rebuild it inside the loss "
+            "with nnx.merge(graphdef, params, rest, copy=True): its variables are then the "
+            "loss's own (the guide's frameworks page shows the whole recipe)."
+        ) from error
+
+
 def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any, Any]:
     """``loss_for(policy)`` and its program, traced and checked (no compilation), and traced for the target.
 
@@ -253,12 +285,13 @@ def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[
                             has_aux=inputs.has_aux)
         program = jax.jit(gradient)
         what = f"the gradient of {name}"
-    traced = program.trace(*inputs.args, **inputs.kwargs)
+    called = name.replace("loss_for", "step_for") if inputs.step else name
+    traced = _trace_program(program, inputs.args, inputs.kwargs, called)
     validation.check_program(traced.jaxpr.jaxpr, what)
     on_target = None
     if inputs.target is not None:
         args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
-        on_target = program.trace(*args, **kwargs)
+        on_target = _trace_program(program, args, kwargs, called)
     return loss, traced, on_target
 
 

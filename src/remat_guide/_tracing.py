@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from remat_guide import _validation as validation
 from remat_guide._labels import policy_label
@@ -93,8 +94,21 @@ def check_arguments(f: Callable, args: tuple, kwargs: dict, argnums: Any) -> lis
     return chosen
 
 
-def flat_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bool] | None = None
-             ) -> tuple[Callable, list[Any]]:
+_JAX_VALUES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _check_returned(out: Any, name: str) -> Any:
+    """``out`` if every leaf of it is a value JAX can differentiate, else a TypeError naming ``name``."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+        if not isinstance(leaf, _JAX_VALUES):
+            where = f"output{jax.tree_util.keystr(path)}" if path else "output"
+            raise TypeError(f"{name} must return arrays (or a pytree of arrays); its {where} "
+                            f"is a {type(leaf).__name__}: {leaf!r:.40}")
+    return out
+
+
+def flat_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bool] | None = None,
+             *, name: str = "f") -> tuple[Callable, list[Any]]:
     """``jax.vjp`` of ``f`` with respect to some leaves of its arguments, as a function of all the leaves.
 
     Args:
@@ -103,6 +117,7 @@ def flat_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bo
         kwargs: Its keyword arguments.
         differentiated: One bool per leaf of ``(args, kwargs)`` (see :func:`check_arguments`);
             ``None`` for all of them.
+        name: How messages name ``f``, if it returns something other than arrays.
 
     Returns:
         A function of the flattened leaves of ``(args, kwargs)`` that returns
@@ -118,15 +133,15 @@ def flat_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bo
             supplied = iter(values)
             full = [next(supplied) if c else leaf for leaf, c in zip(flat_args, chosen)]
             call_args, call_kwargs = jax.tree_util.tree_unflatten(in_tree, full)
-            return f(*call_args, **call_kwargs)
+            return _check_returned(f(*call_args, **call_kwargs), name)
 
         return jax.vjp(of_chosen, *(leaf for leaf, c in zip(flat_args, chosen) if c))
 
     return vjp_of_chosen, leaves
 
 
-def trace_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bool] | None = None
-              ) -> tuple[Any, Any, Any]:
+def trace_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[bool] | None = None,
+              *, name: str = "f") -> tuple[Any, Any, Any]:
     """Traces :func:`flat_vjp`: every leaf of the arguments is an input of the jaxpr.
 
     So the residuals that are arguments show as the jaxpr's input variables, differentiated
@@ -136,7 +151,7 @@ def trace_vjp(f: Callable, args: tuple, kwargs: dict, differentiated: Sequence[b
         The jaxpr, whose outputs end with the residuals, the shape of ``f``'s output,
         and the shape of the VJP function, a pytree whose leaves are the residuals.
     """
-    vjp_of_chosen, leaves = flat_vjp(f, args, kwargs, differentiated)
+    vjp_of_chosen, leaves = flat_vjp(f, args, kwargs, differentiated, name=name)
     try:
         closed, (out_shape, vjp_shape) = jax.make_jaxpr(vjp_of_chosen, return_shape=True)(*leaves)
     except TypeError as error:

@@ -33,6 +33,7 @@ __all__ = [
     "integer",
     "iterable",
     "nbytes",
+    "ordered",
     "policy",
     "require_floating",
     "string",
@@ -91,10 +92,24 @@ def string(value: Any, name: str) -> str:
 
 
 def iterable(value: Any, name: str, *, what: str = "values") -> list:
-    """The items of ``value`` (any iterable, generators included, but not a single str)."""
+    """The items of ``value`` (any iterable, generators included, but not a single str nor a set)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be an iterable of {what}, got {_type(value)}")
-    return list(value)
+    return list(ordered(value, name))
+
+
+def ordered(value: Any, name: str) -> Any:
+    """``value``, unless it is a set: refused, naming ``name``, since its order is not the caller's.
+
+    A set of strings iterates in hash order, and Python salts the hashes of strings anew
+    in every process, so what it gives would come out in a different order on every run.
+    """
+    if isinstance(value, (set, frozenset)):
+        raise TypeError(
+            f"{name} must be ordered, got a {_type(value)}, whose order changes from one run "
+            "to the next; pass a list or a tuple, in the order you want"
+        )
+    return value
 
 
 def dtype_of(dtype: Any) -> Any:

@@ -453,6 +453,7 @@ def _as_policies(policies: Any) -> dict[str, Any]:
     """``policies`` as a dict from labels to policies (None for no checkpoint), each checked."""
     if policies is None:
         return _default_policies()
+    validation.ordered(policies, "policies")
     if isinstance(policies, Mapping):
         items = list(policies.items())
     elif isinstance(policies, (str, bytes)) or not isinstance(policies, Iterable):
@@ -569,7 +570,7 @@ def policy_diagram(fn: Callable, /, *args: Any, policies: Any = None, argnums: i
     validation.callable_arg(fn, "fn")
     chosen = _as_policies(policies)
     differentiated = check_arguments(fn, args, kwargs, argnums)
-    jaxpr, out_shape, _ = trace_vjp(fn, args, kwargs, differentiated)
+    jaxpr, out_shape, _ = trace_vjp(fn, args, kwargs, differentiated, name="fn")
     validation.check_outputs(out_shape, "fn")
     columns = _columns(jaxpr, argument_names(fn, args, kwargs))
     lanes = [_lane(label, policy, fn, args, kwargs, argnums, differentiated, columns)

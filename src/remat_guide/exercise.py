@@ -33,10 +33,16 @@ _checkpointed_pipeline = jax.checkpoint(
 
 
 def _as_float_matrix(value: Any, name: str, expected: str) -> jax.Array:
+    if value is None:
+        raise TypeError(f"{name} must be an array, got None")
     try:
         array = jnp.asarray(value)
     except TypeError as error:
         raise TypeError(f"{name} must be an array, got {type(value).__name__}") from error
+    except ValueError as error:  # a ragged nested list: NumPy cannot give it one shape
+        raise ValueError(f"{name} must be an array of shape {expected}; the "
+                         f"{type(value).__name__} given is ragged (its rows differ in "
+                         "length), so it has no shape") from error
     if array.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D array of shape {expected}, got shape {tuple(array.shape)}"

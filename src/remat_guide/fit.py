@@ -60,7 +60,8 @@ class MemoryBreakdown:
         parts: ``(part, bytes, counted in)`` in the order shown: the arguments
             (parameters, optimizer state, batch), the outputs that reuse no argument's
             buffer, then what the compiler's temporary memory holds (the gradients, each
-            saved residual by its name, the values given as ``also``, and the rest).
+            saved residual by its name, the values given as ``also``, and the rest, whose
+            name says so where it is negative).
         residuals: ``(name, layers, bytes)`` of each residual kept on the device, its
             bytes over every layer; offloaded ones are in ``host_residuals``.
         host_residuals: The same for residuals a policy offloads to host memory.
@@ -186,7 +187,10 @@ def step_memory(row: PolicyRow, loss: Callable, params: Any, opt_state: Any, bat
     parts += [(f"residual {name}", nbytes, "temp") for name, (_, nbytes) in on_device.items()]
     parts += [(label, value, "temp") for label, value in extra.items()]
     rest = row.temp_bytes - gradients - saved - sum(extra.values())
-    parts.append(("rest of temp (recomputed values, update, scratch)", rest, "temp"))
+    # Negative when XLA frees some values before others are made: the part's name says so.
+    parts.append(("rest of temp (recomputed values, update, scratch)" if rest >= 0 else
+                  "rest of temp, negative: the parts are sizes, not lifetimes, and XLA reuses "
+                  "the memory of values it frees", rest, "temp"))
     counted = parameters + state + data
     if counted != row.argument_bytes:
         parts.append(("arguments' padding (compiler's layout)", row.argument_bytes - counted, "arguments"))

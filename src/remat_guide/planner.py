@@ -129,7 +129,7 @@ def _names(names: Any, tagged: list[str]) -> tuple[str, ...]:
         return tuple(tagged)
     if isinstance(names, str) or not isinstance(names, Iterable):
         raise TypeError(f"names must be None or an iterable of str, got {type(names).__name__}")
-    names = list(names)
+    names = list(validation.ordered(names, "names"))
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"names must hold str values, got {type(name).__name__}")

@@ -13,7 +13,7 @@ import pandas as pd
 from remat_guide import _validation as validation
 from remat_guide._provenance import top_scope
 from remat_guide._tracing import argument_names, check_arguments, trace_vjp
-from remat_guide.tables import Table
+from remat_guide.tables import Table, human_bytes
 
 __all__ = ["Residual", "Residuals", "saved_residuals"]
 
@@ -183,7 +183,7 @@ class Residuals(Sequence[Residual]):
         if any(r.stacked for r in self._items):
             frame.insert(3, "scan", [" > ".join(w.split(" (")[0] for w in r.within) for r in self._items])
         count = len(self._items)
-        caption = f"{count} residual{'' if count == 1 else 's'}, {self.total_bytes:,} bytes in all"
+        caption = f"{count} residual{'' if count == 1 else 's'}, {human_bytes(self.total_bytes)} in all"
         return Table(frame, units={"bytes": "count"}, caption=caption)
 
     def to_pandas(self) -> pd.DataFrame:

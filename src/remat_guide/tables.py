@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import html
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "phone_columns", "unit_for", "word_breaks"]
+__all__ = ["COLUMN_UNITS", "PHONE_CHARACTERS", "SIGNIFICANT", "Table", "human_bytes", "phone_columns", "unit_for",
+           "word_breaks"]
 
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 FLOP_UNITS = (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3), ("FLOP", 1))
@@ -78,6 +80,11 @@ def _decimals(value: float, kind: str) -> int:
     return min(decimals, _RATIO_DECIMALS) if kind == "ratio" else decimals
 
 
+# A value under a hundredth of its column's unit would print as 0.00 and a tail of digits
+# (0.00006485 MiB): it shows in its own unit instead, named in the cell (68 B).
+_TINY = 1e-2
+
+
 def _formatter(kind: str, size: float) -> Any:
     if kind == "count" or (kind != "seconds" and kind != "ratio" and size == 1):
         return lambda v: "" if pd.isna(v) else f"{int(v):,}"
@@ -87,9 +94,43 @@ def _formatter(kind: str, size: float) -> Any:
         if pd.isna(v):
             return ""
         scaled = float(v) / size
+        if kind in _UNITS and 0 < abs(scaled) < _TINY:
+            name, own = unit_for([v], kind)
+            if own != size:
+                return _formatter(kind, own)(v) + f" {name}"
         return f"{scaled:,.{_decimals(scaled, kind)}f}{suffix}"
 
     return format_value
+
+
+def human_bytes(nbytes: int) -> str:
+    """A byte count for prose and summaries: in the largest unit it reaches, four significant figures.
+
+    Args:
+        nbytes: The count.
+
+    Returns:
+        The count with its unit, such as ``1.047 GiB``; under 1 KiB, the whole number
+        of bytes.
+
+    Examples:
+        >>> from remat_guide.tables import human_bytes
+        >>> human_bytes(1_124_073_472)
+        '1.047 GiB'
+        >>> human_bytes(12)
+        '12 bytes'
+        >>> human_bytes(3 * 2**20)
+        '3.000 MiB'
+
+    Raises:
+        TypeError: If ``nbytes`` is not an integer.
+    """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
+        raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}")
+    name, size = unit_for([nbytes], "bytes")
+    if size == 1:
+        return f"{int(nbytes):,} byte{'' if nbytes == 1 else 's'}"
+    return f"{_formatter('bytes', size)(nbytes)} {name}"
 
 
 def _column_formatter(values: pd.Series, kind: str) -> tuple[str, Any]:
@@ -256,8 +297,9 @@ class Table:
 
     One rule for numbers: byte, FLOP and seconds columns show :data:`SIGNIFICANT` (four)
     significant figures, ratios the same but at most three decimals; counts, and bytes or
-    FLOPs under 1 KiB or 1 kFLOP, are whole numbers. No more digits are printed to tell
-    two values apart: where different values of a column print alike, each is marked
+    FLOPs under 1 KiB or 1 kFLOP, are whole numbers. A value under a hundredth of its
+    column's unit shows in its own unit, named in the cell (``68 B`` in a MiB column).
+    No more digits are printed to tell two values apart: where different values of a column print alike, each is marked
     ``≈`` and a note under the table says within what they are equal (0.1% of the value,
     or 0.001× for ratios under 10).
 
@@ -313,6 +355,13 @@ class Table:
             ≈1.000
              2.000
         ≈ temp (MiB): values that print alike are equal within 0.1%, not exactly
+        >>> print(Table(pd.DataFrame({"temp": [50 * 2**20, 68, 3 * 2**10]}),
+        ...             units={"temp": "bytes"}))
+        temp (MiB)
+        ----------
+             50.00
+              68 B
+         3.000 KiB
     """
 
     def __init__(self, frame: pd.DataFrame, *, units: Mapping[str, str] | None = None,

@@ -18,7 +18,7 @@ def test_residual_listings_of_each_step(page):
     assert re.search(r"f32\[5\]\s+20\s+primitive\s+sin at <cell>:\d+ \(g\)", text)
     assert re.search(r"f32\[7\]\s+28\s+primitive\s+cos at <cell>:\d+ \(g\)", text)
     # The prose count of kept values is the listing's own total.
-    kept = re.search(r"(\d+) residuals?, [\d,]+ bytes in all", text).group(1)
+    kept = re.search(r"(\d+) residuals?, [\d.,]+ (?:bytes|KiB|MiB|GiB) in all", text).group(1)
     assert re.search(rf"\b{kept}\s+values are kept\.", text)
     # Checkpoint on each layer: each cos is recomputed with the matrix product it comes from.
     assert "recomputed: ('dot_general', 'cos', 'dot_general', 'cos', 'dot_general', 'cos')" in text

@@ -2,10 +2,14 @@
 
 import ast
 import importlib.metadata
+import os
 import pathlib
 import re
+import subprocess
 import sys
 import tomllib
+
+import pytest
 
 import remat_guide
 from helpers import ROOT
@@ -129,3 +133,39 @@ def test_the_sphinx_extensions_live_beside_the_pages():
     conf = (ROOT / "conf.py").read_text(encoding="utf-8")
     for name in extensions:
         assert f'"{name}",' in conf
+
+
+def _run(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (so that nothing is imported yet)."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return result.stdout.strip()
+
+
+def test_the_public_submodules_are_every_public_module_of_the_package():
+    public = {p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")}
+    assert set(remat_guide.SUBMODULES) == public
+
+
+def test_importing_the_package_imports_no_submodule_nor_jax():
+    loaded = _run("import sys, remat_guide; "
+                  "print(sorted(m for m in sys.modules if m.startswith(('remat_guide.', 'jax'))))")
+    assert loaded == "[]"
+
+
+def test_a_submodule_is_reached_from_the_package_on_first_use():
+    printed = _run("import sys, remat_guide\n"
+                   "print('remat_guide.fit' in sys.modules, remat_guide.fit.largest_batch.__name__,\n"
+                   "      'remat_guide.fit' in sys.modules, 'fit' in dir(remat_guide))")
+    assert printed == "False largest_batch True True"
+
+
+def test_fwd_bwd_is_the_function_even_after_its_module_is_imported_by_name():
+    printed = _run("import remat_guide.fwd_bwd, remat_guide, inspect\n"
+                   "print(inspect.isfunction(remat_guide.fwd_bwd), remat_guide.fwd_bwd.__name__)")
+    assert printed == "True fwd_bwd"
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_name"):
+        remat_guide.no_such_name  # noqa: B018

@@ -161,6 +161,9 @@ CASES = {
         ("a PRNG key in argnums", lambda: saved_residuals(keyed, X, jax.random.key(0), argnums=1),
          TypeError, "key"),
         ("a keyword also given by position", lambda: saved_residuals(layer, W, X, x=X), TypeError, "x"),
+        ("f returning a str", lambda: saved_residuals(lambda x: "abc", X), TypeError, "f"),
+        ("f returning a str in a pytree", lambda: saved_residuals(lambda x: (total(x), "abc"), X),
+         TypeError, "f"),
     ],
     "fwd_bwd": [
         ("f not callable", lambda: fwd_bwd(None, X), TypeError, "f"),
@@ -178,6 +181,7 @@ CASES = {
         ("an int in argnums", lambda: fwd_bwd(counted, X, 3, argnums=1), TypeError, "n"),
         ("a PRNG key in argnums", lambda: fwd_bwd(keyed, X, jax.random.key(0), argnums=(0, 1)), TypeError, "key"),
         ("a keyword also given by position", lambda: fwd_bwd(layer, W, X, w=W), TypeError, "w"),
+        ("f returning a str", lambda: fwd_bwd(lambda x: "abc", X), TypeError, "f"),
     ],
     "compare_policies": [
         ("loss_for not callable", lambda: compare_policies("mlp", X), TypeError, "loss_for"),
@@ -205,6 +209,10 @@ CASES = {
         ("loss returns None", lambda: compare_policies(lambda p: no_return, X), TypeError, "loss_for"),
         ("policies a str", lambda: compare_policies(tagged_loss_for, X, policies="dots_saveable"),
          TypeError, "policies"),
+        ("policies a set", lambda: compare_policies(
+            tagged_loss_for, X, policies={"dots_saveable", "nothing_saveable"}), TypeError, "policies"),
+        ("policies a frozenset", lambda: compare_policies(
+            tagged_loss_for, X, policies=frozenset({"dots_saveable"})), TypeError, "policies"),
         ("unknown policy name", lambda: compare_policies(tagged_loss_for, X, policies=["dots_savable"]),
          ValueError, "policies"),
         ("policy name needing arguments", lambda: compare_policies(
@@ -274,6 +282,8 @@ CASES = {
          TypeError, "argnums"),
         ("policies an int", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, policies=3),
          TypeError, "policies"),
+        ("policies a set", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10,
+                                                    policies={"dots_saveable"}), TypeError, "policies"),
         ("has_aux None", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, has_aux=None),
          TypeError, "has_aux"),
         ("kwargs a str", lambda: recommend_policy(tagged_loss_for, X, budget_bytes=10, kwargs="scale=2"),
@@ -311,6 +321,8 @@ CASES = {
          TypeError, "names"),
         ("names empty", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names=[]),
          ValueError, "names"),
+        ("names a set", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names={"hidden"}),
+         TypeError, "names"),
         ("a name not tagged", lambda: plan_names(tagged_loss_for, X, budget_bytes=10, names=["hiden"]),
          ValueError, "names"),
         ("no tags at all", lambda: plan_names(lambda p: jnp.sum, X, budget_bytes=10), ValueError,
@@ -350,6 +362,10 @@ CASES = {
     "tables.unit_for": [
         ("unknown kind", lambda: tables.unit_for([1], "minutes"), ValueError, "kind"),
     ],
+    "tables.human_bytes": [
+        ("a float", lambda: tables.human_bytes(1.5), TypeError, "nbytes"),
+        ("a str", lambda: tables.human_bytes("12"), TypeError, "nbytes"),
+    ],
     "matrix_table": [
         ("a row lacks a column",
          lambda: policy_matrix.matrix_table({"p": {"inputs": "saved"}}, MATRIX_ROW), ValueError, "rows"),
@@ -360,6 +376,7 @@ CASES = {
         ("rows an int", lambda: policy_table(3), TypeError, "rows"),
         ("rows a str", lambda: policy_table("rows"), TypeError, "rows"),
         ("a row not a PolicyRow", lambda: policy_table([row(), {"name": "x"}]), TypeError, "rows"),
+        ("rows a set", lambda: policy_table({row(name="a"), row(name="b")}), TypeError, "rows"),
     ],
     "NamePlan": [
         ("choices not a dict", lambda: NamePlan("p", None, 0, 0, 1, 1, 1.0, choices=[("h", "keep")]), TypeError,
@@ -405,6 +422,11 @@ CASES = {
         ("w1 of the wrong shape", lambda: checkpoint_dot_policy(W, W, jnp.ones((3, 5))), ValueError, "w1"),
         ("w2 of the wrong shape", lambda: checkpoint_dot_policy(W, jnp.ones((2, 3)), jnp.ones((3, 2))),
          ValueError, "w2"),
+        ("w1 None", lambda: checkpoint_dot_policy(None, W, jnp.ones((3, 2))), TypeError, "w1"),
+        ("x None", lambda: checkpoint_dot_policy(W, W, None), TypeError, "x"),
+        ("w1 a ragged list", lambda: checkpoint_dot_policy([[1.0, 2.0], [3.0]], W, jnp.ones((3, 2))),
+         ValueError, "w1"),
+        ("x a ragged list", lambda: checkpoint_dot_policy(W, W, [[1.0, 2.0], [3.0]]), ValueError, "x"),
     ],
     "check_solution": [
         ("fn not callable", lambda: check_solution("solution"), TypeError, "fn"),
@@ -440,6 +462,8 @@ CASES = {
         ("policies an int", lambda: policy_diagram(layer, W, X[:2], policies=3), TypeError, "policies"),
         ("policies a str", lambda: policy_diagram(layer, W, X[:2], policies="dots_saveable"),
          TypeError, "policies"),
+        ("policies a set", lambda: policy_diagram(layer, W, X[:2], policies={"dots_saveable"}),
+         TypeError, "policies"),
         ("policies empty", lambda: policy_diagram(layer, W, X[:2], policies={}), ValueError, "policies"),
         ("a label not a str", lambda: policy_diagram(layer, W, X[:2], policies={1: None}),
          TypeError, "policies"),
@@ -458,6 +482,7 @@ CASES = {
          TypeError, "arguments"),
         ("argnums out of range", lambda: policy_diagram(layer, W, X[:2], argnums=2), ValueError, "argnums"),
         ("no return", lambda: policy_diagram(no_return, X), ValueError, "fn"),
+        ("fn returning a str", lambda: policy_diagram(lambda x: "abc", X), TypeError, "fn"),
     ],
     "PolicyDiagram": [
         ("values an int", lambda: PolicyDiagram(3, []), TypeError, "values"),
@@ -479,6 +504,10 @@ CASES = {
         ("an int", lambda: undocumented(3), TypeError, "documented_labels"),
         ("a single str", lambda: undocumented("api-checkpoint"), TypeError, "documented_labels"),
         ("holding a non-str", lambda: undocumented(["api-checkpoint", 3]), TypeError, "documented_labels"),
+        ("holding an unhashable list", lambda: undocumented([["api-checkpoint"]]), TypeError,
+         "documented_labels"),
+        ("holding an unhashable dict", lambda: undocumented(["api-checkpoint", {}]), TypeError,
+         "documented_labels"),
     ],
     "models.exercise_loss": [
         ("policy not callable", lambda: models.exercise_loss("dots_saveable"), TypeError, "policy"),
@@ -734,3 +763,43 @@ def test_no_warning_for_good_input():
         warnings.simplefilter("error")
         saved_residuals(total, X)
         policy_matrix.keeps(lambda prim, *avals, **params: prim.name == "sin")
+
+
+def test_a_set_of_labels_is_accepted_where_order_does_not_matter():
+    assert undocumented({item.label for item in api_items()}) == []
+
+
+def nnx_block_loss_for(copy):
+    """A loss_for over an NNX block with dropout, rebuilt by nnx.merge with or without copy."""
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = nnx.Linear(4, 4, rngs=rngs)
+            self.dropout = nnx.Dropout(0.5, rngs=rngs)
+
+        def __call__(self, x):
+            return self.dropout(jnp.tanh(self.linear(x)))
+
+    graphdef, params, rest = nnx.split(Block(nnx.Rngs(params=0, dropout=1)), nnx.Param, ...)
+
+    def loss_for(policy):
+        def loss(params, rest, x):
+            model = nnx.merge(graphdef, params, rest, copy=copy)
+            call = lambda m, x: m(x)  # noqa: E731
+            call = call if policy is None else nnx.remat(call, policy=policy)
+            return jnp.mean(call(model, x) ** 2)
+        return loss
+
+    return loss_for, (params, rest, jnp.ones((2, 4)))
+
+
+def test_an_nnx_loss_that_reuses_its_rng_state_is_told_to_copy_it():
+    loss_for, args = nnx_block_loss_for(copy=False)
+    with pytest.raises(ValueError, match=r"^loss_for\(None\): .*nnx\.merge\(.*copy=True\)") as info:
+        compare_policies(loss_for, *args, argnums=0, policies=["nothing_saveable"])
+    assert type(info.value.__cause__).__name__ == "TraceContextError"
+    # What the message says to do works: with copy=True the gradient traces.
+    loss_for, args = nnx_block_loss_for(copy=True)
+    grads = jax.grad(loss_for(P.nothing_saveable))(*args)
+    assert jax.tree.structure(grads) == jax.tree.structure(args[0])

@@ -27,7 +27,7 @@ def test_the_example_runs_and_recommends_a_policy():
         exec(compile(readme_example(), "README.md", "exec"), namespace)
     lines = printed.getvalue().splitlines()
     rows = namespace["rows"]
-    assert lines[0].endswith("bytes in all") and "residual" in lines[0]
+    assert re.search(r"^\d+ residuals?, [\d.,]+ (bytes|KiB|MiB|GiB) in all$", lines[0]), lines[0]
     # Only the parameters are differentiated: x is listed as an argument, the parameters' leaves too.
     assert any(" argument " in line and line.rstrip().endswith(" x") for line in lines)
     assert [row.name for row in rows][0] == "no checkpoint"

@@ -41,6 +41,17 @@ def test_numbers_show_four_significant_figures_ratios_at_most_three_decimals(kin
     assert html_cells(table)[0] == printed
 
 
+@pytest.mark.parametrize("kind, value, unit, printed", [
+    ("bytes", 68, 2**20, "68 B"), ("bytes", 308, 2**30, "308 B"), ("bytes", 2**15, 2**30, "32.00 KiB"),
+    ("bytes", -3 * 2**20, 2**30, "-3.000 MiB"), ("seconds", 5e-3, 1, "5.000 ms"),
+    ("flops", 12_345, 10**9, "12.35 kFLOP"), ("bytes", 0.01 * 2**30, 2**30, "0.01000"),
+])
+def test_a_value_under_a_hundredth_of_the_columns_unit_shows_in_its_own(kind, value, unit, printed):
+    table = Table(pd.DataFrame({"v": [value, 2 * unit]}), units={"v": kind})
+    assert column_cells(table)[0] == printed
+    assert html_cells(table)[0] == printed
+
+
 @pytest.mark.parametrize("kind, scale", [("bytes", 1), ("bytes", 2**30), ("flops", 10**12), ("ratio", 1)])
 def test_values_that_print_alike_but_differ_are_marked_and_the_tolerance_stated(kind, scale):
     rng = np.random.default_rng(0)
@@ -140,3 +151,12 @@ def test_a_caption_sits_above_the_scrolling_box_so_a_phone_shows_all_of_it():
     caption, rest = html.split('<div class="remat-table-scroll">')
     assert caption == '<div class="remat-table-block"><p class="remat-table-caption">What &lt;this&gt; shows</p>'
     assert "<caption" not in rest and "What" not in rest
+
+
+def test_a_residual_listing_states_its_total_in_human_units():
+    from remat_guide import Residual, Residuals
+
+    big = Residual((1072, 256, 1024), np.dtype(np.float32), "primitive", "exp")
+    caption = str(Residuals([big, Residual((3,), np.dtype(np.float32), "primitive", "sin")]))
+    assert caption.splitlines()[0] == "2 residuals, 1.047 GiB in all"
+    assert "1,124,073,472" in caption  # the table about bytes keeps each exact count

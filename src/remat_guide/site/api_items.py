@@ -172,10 +172,13 @@ def undocumented(documented_labels: Iterable[str]) -> list[ApiItem]:
     if not isinstance(documented_labels, Iterable):
         raise TypeError(f"documented_labels must be an iterable of labels, got "
                         f"{type(documented_labels).__name__}")
-    labels = set(documented_labels)
-    bad = [label for label in labels if not isinstance(label, str)]
-    if bad:
-        raise TypeError(f"documented_labels must hold strings, got {bad[0]!r}")
+    # Checked one by one, in order, before any set is made: an unhashable item (a list of
+    # labels where a label belongs) is refused by name, not by set()'s own TypeError.
+    labels = list(documented_labels)
+    for label in labels:
+        if not isinstance(label, str):
+            raise TypeError(f"documented_labels must hold strings, got "
+                            f"{type(label).__name__} {label!r:.40}")
     # Sphinx stores labels in lower case, so (api-Saveable)= is found as api-saveable.
     folded = {label.lower() for label in labels}
     return [item for item in api_items() if item.label.lower() not in folded]
