@@ -71,7 +71,7 @@ _HOMES = {
     **dict.fromkeys(["Residual", "Residuals", "saved_residuals"], "residuals"),
 }
 
-SUBMODULES = ("compare", "diagram", "exercise", "fit", "flops", "fwd_bwd", "grader", "models", "planner",
+SUBMODULES = ("cli", "compare", "diagram", "exercise", "fit", "flops", "fwd_bwd", "grader", "models", "planner",
               "residuals", "sharded", "tables", "targets")
 """The public submodules, each reachable as an attribute of the package (``remat_guide.fit``).
 

@@ -710,10 +710,8 @@ def _rate(tokens: float | None) -> str:
     return f"{tokens:.0f}"
 
 
-def _seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    return f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+def _milliseconds(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:,.0f}"
 
 
 def _flops(flops: float) -> str:
@@ -761,14 +759,14 @@ def _fit_text(answer: dict[str, Any]) -> str:
     estimated = any(row["step_seconds"] is not None for row in answer["rows"])
     header = ["policy", "memory", "fits", "batch" if searched else "g. batch"]
     if estimated:
-        header += ["est. step", "tokens/s"]
+        header += ["est. step (ms)", "tokens/s"]
     header.append("FLOPs/tok")
     table = []
     for row in answer["rows"]:
         cells = [row["policy"], _gib(row["device_bytes"]), "yes" if row["fits"] else "no",
                  str(row["batch"]) if row["fits"] else "–"]
         if estimated:
-            cells += [_seconds(row["step_seconds"]), _rate(row["tokens_per_second"])]
+            cells += [_milliseconds(row["step_seconds"]), _rate(row["tokens_per_second"])]
         cells.append(_flops(row["flops_per_token"]))
         table.append(cells)
     lines += _columns(header, table)
