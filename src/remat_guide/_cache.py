@@ -118,6 +118,11 @@ def figures(kind: str, compiler: str, lowered: Any, compute: Callable[[], Any]) 
     return found
 
 
+def stored(kind: str, compiler: str, lowered: Any) -> Any:
+    """A lowered program's figures of one ``kind`` for one ``compiler`` when the cache has them, else ``None``."""
+    return _get(_key(kind, compiler, lowered))
+
+
 def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     """A result of ``compute()`` kept in the cache under ``kind`` and ``parts``, or read back from it.
 

@@ -230,8 +230,12 @@ class Program:
     policy: Any
     loss: Callable
     traced: Any
+    """The program traced with the arguments as given; ``None`` for a target's program whose
+    local FLOPs the cache has (:attr:`local_flops`)."""
     on_target: Any = None
-    """The same gradient traced with the arguments placed on ``inputs.target``'s devices."""
+    """The same program traced with the arguments placed on ``inputs.target``'s devices, lowered."""
+    local_flops: dict[str, int] | None = None
+    """The FLOPs of a target's program on this machine, as the cache keeps them under ``on_target``."""
 
 
 def _is_flax_trace_error(error: BaseException) -> bool:
@@ -265,11 +269,16 @@ def _trace_program(program: Any, args: tuple, kwargs: dict, name: str) -> Any:
         ) from error
 
 
-def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[Callable, Any, Any]:
-    """``loss_for(policy)`` and its program, traced and checked (no compilation), and traced for the target.
+def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs,
+           flops: bool = True) -> tuple[Callable, Any, Any, dict[str, int] | None, Any]:
+    """``loss_for(policy)``, its program traced and checked (no compilation), and for the target, lowered.
 
     The program is the loss's gradient, or with ``inputs.step`` the step itself, jitted with
-    its donated arguments.
+    its donated arguments. Returns the loss, the local trace, the target's lowered program,
+    its local FLOPs when the cache has them, and the jaxpr that was checked. With a target,
+    the local trace serves only to count FLOPs on this machine: it is made when ``flops`` is
+    asked for and the cache has not kept them under the target's program, else it is
+    ``None``; the target's trace is the one checked.
     """
     if inputs.step:
         loss = loss_for(policy)
@@ -286,13 +295,25 @@ def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs) -> tuple[
         program = jax.jit(gradient)
         what = f"the gradient of {name}"
     called = name.replace("loss_for", "step_for") if inputs.step else name
-    traced = _trace_program(program, inputs.args, inputs.kwargs, called)
-    validation.check_program(traced.jaxpr.jaxpr, what)
-    on_target = None
-    if inputs.target is not None:
-        args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
-        on_target = _trace_program(program, args, kwargs, called)
-    return loss, traced, on_target
+    if inputs.target is None:
+        traced = _trace_program(program, inputs.args, inputs.kwargs, called)
+        validation.check_program(traced.jaxpr.jaxpr, what)
+        return loss, traced, None, None, traced.jaxpr.jaxpr
+    args, kwargs = place((inputs.args, inputs.kwargs), inputs.target)  # together: one set of devices
+    on_target = _trace_program(program, args, kwargs, called)
+    validation.check_program(on_target.jaxpr.jaxpr, what)
+    with lowering_for(inputs.target):
+        lowered = on_target.lower()
+    local_flops = cache.stored("local-flops", _flops_compiler(inputs.target), lowered) if flops else None
+    traced = None
+    if flops and local_flops is None:
+        traced = _trace_program(program, inputs.args, inputs.kwargs, called)
+    return loss, traced, lowered, local_flops, on_target.jaxpr.jaxpr
+
+
+def _flops_compiler(chosen: Target) -> str:
+    """What the cache calls the FLOPs of a target's program counted on this machine."""
+    return f"{jax.default_backend()} for {chosen.name}"
 
 
 def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[str]]:
@@ -302,16 +323,16 @@ def trace_baseline(loss_for: Callable, inputs: Inputs) -> tuple[Program, list[st
     the loss still uses ``jax.checkpoint``, so that no row calls a checkpointed program
     "no checkpoint".
     """
-    loss, traced, on_target = _trace(loss_for, None, "loss_for(None)", inputs)
+    loss, traced, on_target, local_flops, jaxpr = _trace(loss_for, None, "loss_for(None)", inputs)
     label = BASELINE
-    if validation.contains_checkpoint(traced.jaxpr.jaxpr):
+    if validation.contains_checkpoint(jaxpr):
         label = CHECKPOINTED_BASELINE
         warnings.warn(
             f"loss_for(None) still uses jax.checkpoint, so the baseline row is labelled "
             f"{CHECKPOINTED_BASELINE!r}, not {BASELINE!r}: it and every FLOPs ratio describe that "
             "checkpointed program; loss_for(None) should return the loss without any jax.checkpoint",
             UserWarning, stacklevel=3)
-    return Program(label, None, loss, traced, on_target), validation.tagged_names(traced.jaxpr.jaxpr)
+    return Program(label, None, loss, traced, on_target, local_flops), validation.tagged_names(jaxpr)
 
 
 def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, tags: Sequence[str]) -> Program:
@@ -320,14 +341,14 @@ def trace_policy(loss_for: Callable, label: str, policy: Any, inputs: Inputs, ta
     validation.policy(policy, name)
     validation.check_policy_names(policy, name, tags)
     probe = validation.PolicyProbe(policy, name)
-    loss, traced, on_target = _trace(loss_for, probe, f"loss_for({name})", inputs)
+    loss, traced, on_target, local_flops, _ = _trace(loss_for, probe, f"loss_for({name})", inputs)
     if not probe.called:
         raise ValueError(
             f"loss_for ignores its policy: JAX never consults {name} when it "
             "differentiates loss_for(policy), so the row would be the same for every "
             "policy; loss_for(policy) must pass it on, as jax.checkpoint(..., policy=policy)"
         )
-    return Program(label, policy, loss, traced, on_target)
+    return Program(label, policy, loss, traced, on_target, local_flops)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,23 +419,36 @@ def _local_figures(lowered: Any) -> dict[str, int]:
     return cache.figures("figures", jax.default_backend(), lowered, compute)
 
 
-def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
-    """The program's FLOPs (always this machine's) and memory (the target's, when there is one)."""
-    lowered = program.traced.lower()
-    if chosen is None:
-        return _local_figures(lowered)
+def _local_flops(traced: Any) -> dict[str, int]:
+    """The FLOPs of a program compiled for this machine (``flops``, ``reported_flops``)."""
+    lowered = traced.lower()
     text = lowered.as_text()
     if text not in _TARGET_FLOPS:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         local = _local_figures(lowered)
         _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
+    return _TARGET_FLOPS[text]
+
+
+def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
+    """The program's FLOPs (always this machine's) and memory (the target's, when there is one).
+
+    The cache keeps a target's program's local FLOPs under the target's program too, so that
+    a program measured before is traced for the target alone (see :func:`_trace`).
+    """
+    if chosen is None:
+        return _local_figures(program.traced.lower())
+    flops = program.local_flops
+    if flops is None:
+        flops = cache.figures("local-flops", _flops_compiler(chosen), program.on_target,
+                              lambda: _local_flops(program.traced))
     compiled, refusal = _on_target(program.on_target, chosen)
     if refusal is not None:
         nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)
-        return {**_TARGET_FLOPS[text], **nothing, "peak_bytes": refused_bytes(refusal), "step_seconds": None,
+        return {**flops, **nothing, "peak_bytes": refused_bytes(refusal), "step_seconds": None,
                 "refused": refusal.splitlines()[0]}
-    return {**_TARGET_FLOPS[text], **_memory(types.SimpleNamespace(**compiled["memory"])),
+    return {**flops, **_memory(types.SimpleNamespace(**compiled["memory"])),
             "step_seconds": _step_seconds(compiled, chosen)}
 
 
@@ -446,11 +480,10 @@ def refused_bytes(message: str) -> int | None:
     return None
 
 
-def _on_target(traced: Any, chosen: Target) -> tuple[dict[str, Any] | None, str | None]:
-    """A program's figures on its target, or ``None`` and XLA's message when its TPU compiler refused it for memory."""
+def _on_target(lowered: Any, chosen: Target) -> tuple[dict[str, Any] | None, str | None]:
+    """A lowered program's figures on its target, or ``None`` and XLA's message when its TPU compiler refused it
+    for memory."""
     try:
-        with lowering_for(chosen):
-            lowered = traced.lower()
         return cache.target_figures(lowered, chosen.name, chosen.platform,
                                     cache.unrun_options(chosen.platform)), None
     except jax.errors.JaxRuntimeError as error:
@@ -484,7 +517,7 @@ def target_memory(loss_for: Callable, policy: Any,
 
     Only the target's program is compiled; a refused program has no figures (``None``).
     """
-    _, _, on_target = _trace(loss_for, policy, "loss_for(policy)", inputs)
+    _, _, on_target, _, _ = _trace(loss_for, policy, "loss_for(policy)", inputs, flops=False)
     compiled, refusal = _on_target(on_target, inputs.target)
     if refusal is not None:
         return None, refusal, None

@@ -50,6 +50,28 @@ def test_a_cached_row_equals_a_compiled_one_and_compiles_nothing(tmp_path, monke
     assert any((tmp_path / "cache").rglob("*.json"))
 
 
+def test_a_target_row_measured_before_is_traced_for_the_target_alone(tmp_path, monkeypatch):
+    """The local trace only counts FLOPs: with them in the cache, a second call skips it."""
+    traces = []
+
+    def loss_for(policy):
+        loss = mlp_scan_loss(policy)
+
+        def counted(*args):
+            traces.append(policy)
+            return loss(*args)
+
+        return counted
+
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    first = compare_policies(loss_for, *ARGS, policies=NAMES, target="tpu-v5e")
+    traced_first = len(traces)
+    again = compare_policies(loss_for, *ARGS, policies=NAMES, target="tpu-v5e")
+    assert figures(again) == figures(first)
+    # Per row: the target's trace, the residual listing's and, the first time only, the local one.
+    assert traced_first == 3 * len(first) and len(traces) - traced_first == 2 * len(first)
+
+
 def test_each_target_has_its_own_entries(tmp_path, monkeypatch):
     """One program on two targets, one cache: each target's memory is its own, as without a cache."""
     monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
