@@ -253,7 +253,7 @@ def plan_names(
     decide what is left uncompiled, within the errors they have shown. They can miss:
     XLA's planned memory is not the sum of the names' effects (on a GPU, keeping more
     values can lower it), so a plan left uncompiled may fit at a lower cost; the
-    accelerators page of the guide shows one.
+    guide's page on planning each name for an accelerator shows one.
 
     ``exact=True`` leaves nothing to the device-memory prediction: a plan is left
     uncompiled only when its predicted cost or host bytes, each lowered by its largest

@@ -176,7 +176,8 @@ class Residuals(Sequence[Residual]):
 
         A value kept by a scan shows its type as the scan stacks it (``4 × f32[8,64]``),
         and a ``scan`` column, present only then, names where each scan is called.
-        ``str()`` of it (and of the residuals) is plain text; in a notebook it is HTML.
+        ``str()`` of it (and of the residuals) is plain text; in a notebook it is HTML,
+        and a phone shows its type, bytes and source columns.
         """
         rows = [(r.stacked_type_str, r.nbytes, r.kind, r.source) for r in self._items]
         frame = pd.DataFrame(rows, columns=["type", "bytes", "kind", "source"])
@@ -184,7 +185,9 @@ class Residuals(Sequence[Residual]):
             frame.insert(3, "scan", [" > ".join(w.split(" (")[0] for w in r.within) for r in self._items])
         count = len(self._items)
         caption = f"{count} residual{'' if count == 1 else 's'}, {human_bytes(self.total_bytes)} in all"
-        return Table(frame, units={"bytes": "count"}, caption=caption)
+        # A phone shows what is kept, its size and where it comes from; the kind and the
+        # scan stay behind the table's switch.
+        return Table(frame, units={"bytes": "count"}, caption=caption, key_columns=["type", "bytes", "source"])
 
     def to_pandas(self) -> pd.DataFrame:
         """The residuals as a DataFrame: one row each, with exact byte counts.

@@ -256,7 +256,9 @@ def _text(value: Any, html_cell: bool) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text)) if html_cell else text
 
 
-_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])|(?<=[.:/])(?=[A-Za-z])|(?<=:)(?=\d)|(?<=,)(?=[\d,]*\])")
+# No break inside a binary unit (KiB, MiB, GiB, ...): a header such as "temp (MiB)" keeps its unit whole.
+_WORD_BREAK = re.compile(r"(?<=_)(?=\w)|(?<=[a-z])(?=[A-Z])(?!(?<=[KMGTPE]i)B\b)|(?<=[.:/])(?=[A-Za-z])"
+                         r"|(?<=:)(?=\d)|(?<=,)(?=[\d,]*\])")
 
 
 def word_breaks(text: str) -> str:
@@ -265,8 +267,8 @@ def word_breaks(text: str) -> str:
     A long name in a table cell then wraps between its words
     (``save_only_<wbr>these_<wbr>names``, ``Save<wbr>Only<wbr>These<wbr>Names``), a
     source location after its dot and colon (``model.<wbr>py:<wbr>12``), a shape after its
-    commas (``f32[1,<wbr>4096]``), never between two letters of one word, and the table
-    fits a narrower column.
+    commas (``f32[1,<wbr>4096]``), never between two letters of one word nor inside a
+    unit (``MiB``), and the table fits a narrower column.
 
     Args:
         text: HTML text (already escaped).
@@ -281,6 +283,8 @@ def word_breaks(text: str) -> str:
         'Save<wbr>Only<wbr>These<wbr>Names'
         >>> word_breaks("f32[1,4096] at model.py:12, 3.5")
         'f32[1,<wbr>4096] at model.<wbr>py:<wbr>12, 3.5'
+        >>> word_breaks("device_bytes (MiB)")
+        'device_<wbr>bytes (MiB)'
     """
     return _WORD_BREAK.sub("<wbr>", text)
 

@@ -534,7 +534,7 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     Left out: transfers hidden behind compute, kernels slower than their roofline (small
     or oddly shaped matmuls, elementwise math), launch gaps, autotuning's choice of
     kernels, collectives between devices. It is a model, compared with an H200's
-    measured step times on the guide's accelerators page.
+    measured step times on the guide's page on time on accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text

@@ -1,4 +1,4 @@
-"""The accelerators page and the sections that compile for a TPU or a GPU ahead of time."""
+"""The accelerators pages (figures, time and offloading, per-name plans) and the sections compiled ahead of time."""
 
 import re
 
@@ -10,11 +10,12 @@ def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built
     text = page_text(html)
     assert "{glue" not in text
     assert "what the compiler plans to allocate, not a run" in text
-    # The opening speaks in sentences: "N times ... of no checkpoint", no "N× no checkpoint's".
+    # The opening speaks in sentences, with no "N× no checkpoint's", and sends time and the
+    # per-name plans to their own pages.
     opening = " ".join(text[:text.index("Your own model:")].split())
-    assert "times the matrix-multiply FLOPs of no checkpoint" in opening
     assert "no checkpoint’s" not in opening and "no checkpoint's" not in opening
     assert "temporary memory (the scratch space" in opening
+    assert 'href="accelerators-time.html"' in html and 'href="accelerators-plan.html"' in html
     figures = table_with(html, "backend", "policy", "arguments (MiB)", "outputs (MiB)", "temp (MiB)", "peak (MiB)")
     assert [row["backend"] for row in figures] == ["CPU", "CPU", "TPU v5e", "TPU v5e", "H100", "H100"]
     assert {row["temp (MiB)"] for row in figures if row["backend"] == "TPU v5e"} == {"0"}
@@ -26,13 +27,28 @@ def test_accelerators_page_shows_each_target_and_says_what_its_figures_are(built
         assert f"{label} memory (MiB)" in headers, headers
     assert [row["policy"] for row in overview] == [
         "no checkpoint", "nothing_saveable", "dots_saveable", "offload mlp_hidden"]
-    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 2
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 1  # the shares of no checkpoint's
     # No start-up chatter of libtpu or the CUDA plugin reaches the page.
     assert "stderr" not in html and "TPU_ACCELERATOR_TYPE" not in text and "cuInit" not in text
 
 
+def test_the_time_page_answers_first_and_defines_its_terms(built_page):
+    html = built_page("accelerators-time.html")
+    text = " ".join(page_text(html).split())
+    assert "{glue" not in text
+    opening = text[:text.index("Offloading: device memory for host memory#")]
+    assert opening.index("Recomputing ran faster than keeping everything") < opening.index("What offloading saves")
+    assert "times the matrix-multiply FLOPs of no checkpoint" in opening
+    assert 'href="accelerators.html"' in html
+    # pinned_host is said in plain words where the page first names it
+    first = text.index("pinned_host")
+    assert "host memory locked in place" in text[first:first + 60]
+    # the TPU compiler's own estimate, negative, shown rounded
+    assert re.search(r"TPU v5e, no checkpoint: optimal_seconds = -\d+\.\d\d(?!\d)", text)
+
+
 def test_offloading_shows_host_bytes_on_accelerators(built_page):
-    html = built_page("accelerators.html")
+    html = built_page("accelerators-time.html")
     offload = table_with(html, "policy", "TPU v5e peak (MiB)", "H100 memory (MiB)", "host (MiB)", "FLOPs (CPU)")
     assert any(header.startswith("H100 est. time (") for header in offload[0])
     host = {row["policy"]: row["host (MiB)"] for row in offload}
@@ -46,7 +62,10 @@ def test_offloading_shows_host_bytes_on_accelerators(built_page):
 
 
 def test_the_planner_gives_each_name_an_answer_on_both_targets(built_page):
-    html = built_page("accelerators.html")
+    html = built_page("accelerators-plan.html")
+    opening = page_text(html)[:page_text(html).index("Plan each name: keep it, offload it or recompute it#")]
+    assert "a plan that offloads beat every plan" in opening and "{glue" not in opening
+    assert len(set(re.findall(r"_images/[0-9a-f]+\.svg", html))) == 1  # memory against cost
     tables = tables_with(html, "budget (MiB)", "plan", "memory (MiB)")
     assert len(tables) == 2  # the TPU v5e's (cost: FLOPs) and the H100's (cost: estimated time)
     tpu, gpu = tables
@@ -67,7 +86,7 @@ def test_the_planner_gives_each_name_an_answer_on_both_targets(built_page):
 
 
 def test_the_h200_measurement_stands_beside_the_estimates(built_page):
-    html = built_page("accelerators.html")
+    html = built_page("accelerators-time.html")
     text = page_text(html)
     first = table_with(html, "policy", "matmul FLOPs", "estimated (ms)", "measured (ms)", "estimated vs none",
                        "measured vs none")
@@ -76,6 +95,13 @@ def test_the_h200_measurement_stands_beside_the_estimates(built_page):
               for row in first}
     for estimated, measured in ratios.values():
         assert abs(estimated / measured - 1) <= 0.25
+    assert "NVIDIA H200" in text and "jax 0.11.2" in text.lower()
+    assert "optimal_seconds = -" in text  # the TPU compiler's own estimate, negative
+
+
+def test_the_h200_memory_check_stands_beside_the_figure_that_decides(built_page):
+    html = built_page("accelerators.html")
+    text = page_text(html)
     memory = table_with(html, "model", "policy", "device_bytes (MiB)", "measured peak (MiB)", "XLA peak (MiB)",
                         "device_bytes vs measured")
     assert len(memory) == 24
@@ -83,7 +109,6 @@ def test_the_h200_measurement_stands_beside_the_estimates(built_page):
     assert len(eight_layers) == 12
     assert all(abs(float(row["device_bytes vs measured"].rstrip("×")) - 1) <= 0.01 for row in eight_layers)
     assert "NVIDIA H200" in text and "jax 0.11.2" in text.lower()
-    assert "optimal_seconds = -" in text  # the TPU compiler's own estimate, negative
 
 
 def test_index_says_whether_the_quick_answer_holds_on_accelerators(built_page):

@@ -32,3 +32,12 @@ def test_the_h200_trace_and_the_names_table_are_shown(built_page):
     (named,) = tables_with(html, "variant", "on device (MiB)", "on host (MiB)", "kernel runs")
     runs = {row["variant"]: row["kernel runs"] for row in named}
     assert runs["names inside, save both"] == "1" and runs["names inside, save output"] == "2"
+
+
+def test_the_kernels_terms_are_said_in_plain_words_where_first_used(built_page):
+    html = built_page("attention.html")
+    article = " ".join(page_text(html[html.index("<article"):html.index("</article>")]).split())
+    vjp = article.index("VJP")
+    assert "vector-Jacobian product" in article[vjp:vjp + 40]
+    lse = article.index("log-sum-exp")
+    assert "the logarithm of the sum of the exponentials" in article[lse:lse + 80]

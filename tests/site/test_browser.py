@@ -476,3 +476,69 @@ def test_table_numbers_show_at_most_four_significant_figures(site_dir):
             if "." in cell and len(re.sub(r"[^0-9]", "", cell).lstrip("0")) > 4:
                 long_numbers.setdefault(name, []).append(cell)
     assert long_numbers == {}
+
+
+def test_the_quick_answer_starts_on_the_first_phone_screen(view):
+    page = view("index.html", PHONE, "light")
+    first = page.evaluate("""() => {
+      const heading = [...document.querySelectorAll('article h2')]
+        .find(h => h.textContent.startsWith('Quick answer'));
+      const item = heading.closest('section').querySelector('li');
+      const box = item.getBoundingClientRect();
+      return {top: box.top + scrollY, line: parseFloat(getComputedStyle(item).lineHeight)};
+    }""")
+    # a phone's first screen (844 px tall at 390 px) shows the answer's first lines
+    assert first["top"] + 2 * first["line"] < 844, first
+
+
+# Each table header of the article at a phone's width: its text, whether it shows, its
+# right edge, and whether its unit ("(GiB)", "(ms)", "(TFLOP)") sits on one line.
+_HEADERS = r"""() => [...document.querySelectorAll('article table.remat-table thead th')].map(th => {
+  const texts = [];
+  const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) texts.push(node);
+  const whole = texts.map(n => n.textContent).join('');
+  let unitOnOneLine = true;
+  const open = whole.lastIndexOf(' ('), close = whole.lastIndexOf(')');
+  const unit = /^\((?:(?:[KMGTP]i)?B|bytes|[kMGTP]?FLOPs?|ms|µs|s)\)$/.test(whole.slice(open + 1, close + 1).trim());
+  if (unit && close > open && th.getClientRects().length) {
+    const at = i => { let start = 0;
+      for (const node of texts) { const end = start + node.textContent.length;
+        if (i < end) return [node, i - start]; start = end; } };
+    const range = document.createRange();
+    range.setStart(...at(open + 1));
+    const [node, offset] = at(close);
+    range.setEnd(node, offset + 1);
+    unitOnOneLine = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                            .map(r => Math.round(r.top))).size === 1;
+  }
+  return {text: whole.trim(), shown: th.getClientRects().length > 0,
+          right: th.getBoundingClientRect().right, unitOnOneLine};
+})"""
+
+# The column that decides, which a table folded for a phone must keep (issue 52): the
+# measured peak, whether the step fits, the bytes a kernel or a listing keeps.
+_DECIDING = {"fit-checked.html": ["H200 peak (GiB)"], "fit.html": ["fits"],
+             "attention.html": ["Pallas kernel (MiB)", "bytes", "on host (MiB)"]}
+
+
+@pytest.mark.parametrize("name", sorted(_DECIDING))
+def test_folded_tables_keep_their_deciding_column_on_a_phone_with_units_whole(view, name):
+    page = view(name, PHONE, "light")
+    width = page.evaluate("document.documentElement.clientWidth")
+    headers = page.evaluate(_HEADERS)
+    for text in _DECIDING[name]:
+        found = [h for h in headers if h["text"] == text]
+        assert found, (text, sorted({h["text"] for h in headers}))
+        assert all(h["shown"] and h["right"] <= width for h in found), (text, found)
+    broken = [h["text"] for h in headers if not h["unitOnOneLine"]]
+    assert broken == [], broken
+
+
+def test_no_table_header_breaks_inside_its_unit_on_a_phone(view, site_dir):
+    broken = {}
+    for name in _content_pages(site_dir):
+        headers = view(name, PHONE, "light").evaluate(_HEADERS)
+        if found := [h["text"] for h in headers if not h["unitOnOneLine"]]:
+            broken[name] = found
+    assert broken == {}

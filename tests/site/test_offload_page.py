@@ -13,6 +13,12 @@ def test_the_page_answers_first_and_every_number_is_glued(built_page):
                   "Measured on an H200, offloading was slower than recomputing everything"):
         assert words in opening, words
     assert "the compilers’ plans, not a run" in opening
+    # the answer first: what offloading cost against recomputing, then how it works
+    assert opening.index("Measured on an H200, offloading was slower") < opening.index("Memory kinds:")
+    # each term in plain words where the page first uses it
+    first = " ".join(opening.split())
+    assert "host memory locked in place" in first[first.index("pinned_host"):][:80]
+    assert "tells the compiler which memory a value goes to" in first[first.index("placement annotation"):][:120]
 
 
 def test_memory_kinds_and_the_h100_refusal_are_shown(built_page):
