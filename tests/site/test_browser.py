@@ -526,10 +526,9 @@ _DECIDING = {"fit-checked.html": ["H200 peak (GiB)"], "fit.html": ["fits"],
 
 
 @pytest.mark.parametrize("name", sorted(_DECIDING))
-def test_folded_tables_keep_their_deciding_column_on_a_phone_with_units_whole(view, name):
-    page = view(name, PHONE, "light")
-    width = page.evaluate("document.documentElement.clientWidth")
-    headers = page.evaluate(_HEADERS)
+def test_folded_tables_keep_their_deciding_column_on_a_phone_with_units_whole(tour, name):
+    seen = tour[name, PHONE, "light"]
+    width, headers = seen["widths"][1], seen["headers"]
     for text in _DECIDING[name]:
         found = [h for h in headers if h["text"] == text]
         assert found, (text, sorted({h["text"] for h in headers}))
