@@ -15,7 +15,8 @@ from typing import Any
 
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log",
            "StoreError", "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log",
-           "program_name", "read_program", "start_page", "store_folder", "write", "write_json", "write_program"]
+           "program_bytes", "program_name", "read_program", "start_page", "store_folder", "write", "write_json",
+           "write_program"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -157,6 +158,14 @@ def write_program(folder: pathlib.Path, key: str, text: str) -> pathlib.Path:
 def has_program(folder: pathlib.Path, key: str) -> bool:
     """Whether ``folder`` (a store, or a build's log) keeps the lowered program of ``key``."""
     return (folder / PROGRAMS / f"{key}.mlir.xz").is_file()
+
+
+def program_bytes(folder: pathlib.Path, key: str) -> int:
+    """The compressed size of the program kept for ``key`` in ``folder``; 0 if none is kept."""
+    try:
+        return (folder / PROGRAMS / f"{key}.mlir.xz").stat().st_size
+    except OSError:
+        return 0
 
 
 def read_program(folder: pathlib.Path, key: str) -> str | None:

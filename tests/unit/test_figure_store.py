@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -364,3 +365,14 @@ def test_one_entry_is_reproduced_alone_by_the_start_of_its_key(site_store, capsy
     assert "compiling 1 entries again" in out and "all 1 entries compiled again to the same figures" in out
     assert figure_store.main(["reproduce", "", "--store", str(site_store / "store")]) == 2
     assert "2 entries have a key starting with ''" in capsys.readouterr().err
+
+
+def test_the_sample_can_draw_every_entry_and_draws_small_programs_more_often():
+    keys = ["small", "middle", "large"]
+    weights = [1 / 1_000, 1 / 10_000, 1 / 100_000]
+    drawn = {key: 0 for key in keys}
+    for seed in range(3_000):
+        (key,) = figure_store._weighted_draw(keys, weights, 1, random.Random(seed))
+        drawn[key] += 1
+    assert drawn["small"] > drawn["middle"] > drawn["large"] > 0
+    assert figure_store._weighted_draw(keys, weights, 3, random.Random(0)) == keys  # all, in their order

@@ -289,9 +289,24 @@ def reproduce(store_dir: pathlib.Path, prefix: str) -> int:
     return verify(store_dir, matches, jobs=1)
 
 
+def _weighted_draw(keys: Sequence[str], weights: Sequence[float], count: int, rng: random.Random) -> list[str]:
+    """``count`` of ``keys`` without replacement, each drawn with odds proportional to its weight.
+
+    Efraimidis and Spirakis's draw: every key gets ``u ** (1 / weight)`` for a uniform ``u``
+    and the largest are kept, in the order of ``keys``.
+    """
+    ranked = sorted(range(len(keys)), key=lambda i: rng.random() ** (1 / weights[i]), reverse=True)
+    return [keys[i] for i in sorted(ranked[:count])]
+
+
 def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib.Path,
                 per_compiler: int = SAMPLE_PER_COMPILER) -> int:
-    """Picks ``per_compiler`` entries of each compiler among those the pages read, to compile again."""
+    """Picks ``per_compiler`` entries of each compiler among those the pages read, to compile again.
+
+    Every entry can be drawn; its odds are inversely proportional to the size of its kept
+    program, a stand-in for its compile time (the longest compiles are of the largest
+    programs), so that the check stays short on most runs without leaving any entry out.
+    """
     entries = store.load(store_dir)
     read = sorted(_read_keys(log, pages_only=True) & entries.keys())
     by_family: dict[str, list[str]] = {}
@@ -301,11 +316,13 @@ def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib
     rng = random.Random(seed)
     for family in sorted(by_family):
         keys = by_family[family]
-        chosen += rng.sample(keys, min(per_compiler, len(keys)))
+        weights = [1 / max(store.program_bytes(store_dir, key), 1) for key in keys]
+        chosen += _weighted_draw(keys, weights, min(per_compiler, len(keys)), rng)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{key}\n" for key in chosen), encoding="utf-8")
     print(f"figure store: recompiling {len(chosen)} of the {len(read)} entries the pages read "
-          f"({per_compiler} per compiler, seed {seed}; replay with FIGURE_SEED={seed} make test)")
+          f"({per_compiler} per compiler, drawn with odds inverse to their programs' sizes, seed {seed}; "
+          f"replay with FIGURE_SEED={seed} make test)")
     for key in chosen:
         print(f"  {_describe(key, entries[key])}")
     return 0
