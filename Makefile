@@ -123,8 +123,8 @@ test: lint html chromium  ## Lint; build the site; run unit tests, doctests, sit
 	@mkdir -p $(BUILD)
 	@$(FIGURES) sample --log $(BUILD)/figures --sample $(BUILD)/figure-sample.txt $(if $(FIGURE_SEED),--seed $(FIGURE_SEED))
 	@$(FIGURES) verify --sample $(BUILD)/figure-sample.txt --jobs 1 > $(BUILD)/figure-sample.log 2>&1 & sample=$$!; \
-	$(MAKE) --no-print-directory repro-check REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures \
-	  > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
+	$(MAKE) --no-print-directory repro-check REPRO_SAMPLE=$(REPRO_BUDGET) \
+	  REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	wait $$sample; sampled=$$?; cat $(BUILD)/figure-sample.log; \
@@ -165,9 +165,15 @@ linkcheck: html  ## Check every internal link and anchor of the built site (exte
 
 # The site that `make html` built (reusing executed pages, maybe over an earlier build) must be
 # byte-identical to a clean build: a copy of the working tree in a folder of another name,
-# every page executed afresh, offline (compiled figures come from REMAT_GUIDE_CACHE_DIR). It
-# shares the two cores with pytest in `make test`.
+# every page executed afresh, offline (compiled figures come from REMAT_GUIDE_CACHE_DIR).
+# `make test` runs it beside pytest on the same cores with REPRO_SAMPLE set: every page is
+# still read, rendered and written from scratch, but only a seeded sample of pages is executed
+# afresh, drawn in random order while their execution in `make html` adds up to at most
+# REPRO_BUDGET seconds (the first drawn always runs, so the slowest page can lead a sample);
+# the others' outputs come from a copy of _build/.jupyter_cache. REPRO_SEED replays a draw.
 REPRO := $(BUILD)/repro/another-site
+REPRO_BUDGET ?= 90
+REPRO_SEED ?=
 test-repro: html  ## Build the site once more from a clean copy, offline, and compare it byte for byte with _build/html.
 	@$(MAKE) --no-print-directory repro-check
 
@@ -175,6 +181,9 @@ repro-check: $(STAMP) $(JAX_ENV_STAMP)
 	rm -rf $(BUILD)/repro
 	mkdir -p $(REPRO) && git ls-files -z --cached --others --exclude-standard \
 	  | xargs -0 cp --parents -t $(REPRO)
+	$(if $(REPRO_SAMPLE),mkdir -p $(REPRO)/_build && cp -r $(BUILD)/.jupyter_cache $(REPRO)/_build/ && \
+	  $(BIN)/python -m remat_guide.site.repro_sample --cache $(REPRO)/_build/.jupyter_cache \
+	    --docs $(CURDIR)/docs --budget $(REPRO_SAMPLE) $(if $(REPRO_SEED),--seed $(REPRO_SEED)))
 	build='$(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j auto -d _build/doctrees -c . docs _build/html'; \
 	if command -v ip >/dev/null && unshare -rn true 2>/dev/null; then \
 	  echo "test-repro: the clean build runs in a network namespace with only the loopback"; \
