@@ -219,10 +219,10 @@ def tour(browser, base_url, site_dir):
     and tables that need more width than they have, the page's own scroll width and client
     width, the notebook links of the download menu (at 390 px in the light theme, each
     table header as it wraps), and saves a screenshot as
-    ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page in the light theme
-    (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first screen in the
-    dark one (the whole page again costs the tour about a quarter of its time; the checks
-    above run on the whole page in both). Under ``("problems", width, theme)`` it records each
+    ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
+    light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
+    screen in the other three views (a whole page at 1400 px took a quarter of the tour's
+    time, as the dark theme's did; the checks above run on the whole page in every view). Under ``("problems", width, theme)`` it records each
     view's console errors, page errors, failed and off-site requests.
     """
     shots = site_dir.parent / "screenshots"
@@ -250,7 +250,7 @@ def tour(browser, base_url, site_dir):
                                      .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
                 }
                 _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}",
-                            whole=theme == "light")
+                            whole=(theme, width) == ("light", PHONE))
                 if (theme, width) == ("light", PHONE):  # each table header, as a phone wraps it
                     seen[name, width, theme]["headers"] = page.evaluate(_HEADERS)
                 if theme == "light":
