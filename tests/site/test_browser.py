@@ -222,8 +222,9 @@ def tour(browser, base_url, site_dir):
     ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
     light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
     screen in the other three views (a whole page at 1400 px took a quarter of the tour's
-    time, as the dark theme's did; the checks above run on the whole page in every view). Under ``("problems", width, theme)`` it records each
-    view's console errors, page errors, failed and off-site requests.
+    time, as the dark theme's did; the checks above run on the whole page in every view).
+    Under ``("problems", width, theme)`` it records each view's console errors, page
+    errors, failed and off-site requests.
     """
     shots = site_dir.parent / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
