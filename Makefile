@@ -112,6 +112,11 @@ $(BUILD)/.inputs: $(STAMP) $(PACKAGE_SOURCES)
 html: $(STAMP) $(JAX_ENV_STAMP) $(BUILD)/.inputs  ## Build the site strictly into _build/html, executing every page.
 	$(FIGURES) refresh --log $(BUILD)/figures
 	$(BIN)/sphinx-build $(SPHINXOPTS) -j auto -d $(BUILD)/doctrees -c . docs $(BUILD)/html
+	@# Sphinx never deletes an image that no page shows any more (a plot a page stopped making),
+	@# which a clean build, as test-repro makes, does not have.
+	@for image in $(BUILD)/html/_images/*; do [ -f "$$image" ] || continue; \
+	  grep -rqF --include='*.html' "_images/$${image##*/}" $(BUILD)/html || \
+	    { echo "html: removing $$image, which no page shows"; rm -f "$$image"; }; done
 
 lint: $(STAMP)  ## Lint and check the import order of all Python code with ruff (configured in pyproject.toml).
 	$(BIN)/ruff check src tests benchmarks docs/_ext conf.py
