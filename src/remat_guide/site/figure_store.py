@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import math
 import multiprocessing
 import os
 import pathlib
@@ -293,9 +294,11 @@ def _weighted_draw(keys: Sequence[str], weights: Sequence[float], count: int, rn
     """``count`` of ``keys`` without replacement, each drawn with odds proportional to its weight.
 
     Efraimidis and Spirakis's draw: every key gets ``u ** (1 / weight)`` for a uniform ``u``
-    and the largest are kept, in the order of ``keys``.
+    in (0, 1] and the largest are kept, in the order of ``keys``; compared as
+    ``log(u) / weight``, which orders them the same and does not underflow to 0 for small
+    weights.
     """
-    ranked = sorted(range(len(keys)), key=lambda i: rng.random() ** (1 / weights[i]), reverse=True)
+    ranked = sorted(range(len(keys)), key=lambda i: math.log(1.0 - rng.random()) / weights[i], reverse=True)
     return [keys[i] for i in sorted(ranked[:count])]
 
 
