@@ -15,8 +15,8 @@ from typing import Any
 
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log",
            "StoreError", "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log",
-           "program_bytes", "program_name", "read_program", "start_page", "store_folder", "write", "write_json",
-           "write_program"]
+           "program_bytes", "program_name", "program_path", "read_program", "start_page", "store_folder", "write",
+           "write_json", "write_program"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -142,10 +142,15 @@ def write(folder: pathlib.Path, entries: Iterable[dict[str, Any]]) -> None:
         os.replace(written, folder / f"{name}.jsonl")
 
 
+def program_path(folder: pathlib.Path, key: str) -> pathlib.Path:
+    """Where ``folder`` (a store, or a build's log) keeps the lowered program of ``key``, compressed."""
+    return folder / PROGRAMS / f"{key}.mlir.xz"
+
+
 def write_program(folder: pathlib.Path, key: str, text: str) -> pathlib.Path:
     """Keeps a lowered program's text, compressed, as ``<folder>/programs/<key>.mlir.xz``; several processes
     may write at once."""
-    path = folder / PROGRAMS / f"{key}.mlir.xz"
+    path = program_path(folder, key)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as file:
@@ -157,13 +162,13 @@ def write_program(folder: pathlib.Path, key: str, text: str) -> pathlib.Path:
 
 def has_program(folder: pathlib.Path, key: str) -> bool:
     """Whether ``folder`` (a store, or a build's log) keeps the lowered program of ``key``."""
-    return (folder / PROGRAMS / f"{key}.mlir.xz").is_file()
+    return program_path(folder, key).is_file()
 
 
 def program_bytes(folder: pathlib.Path, key: str) -> int:
     """The compressed size of the program kept for ``key`` in ``folder``; 0 if none is kept."""
     try:
-        return (folder / PROGRAMS / f"{key}.mlir.xz").stat().st_size
+        return program_path(folder, key).stat().st_size
     except OSError:
         return 0
 
@@ -171,7 +176,7 @@ def program_bytes(folder: pathlib.Path, key: str) -> int:
 def read_program(folder: pathlib.Path, key: str) -> str | None:
     """The lowered program kept for ``key`` in ``folder`` (a store, or a build's log); ``None`` if none is."""
     try:
-        return lzma.decompress((folder / PROGRAMS / f"{key}.mlir.xz").read_bytes()).decode()
+        return lzma.decompress(program_path(folder, key).read_bytes()).decode()
     except OSError:
         return None
 

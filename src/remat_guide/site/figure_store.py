@@ -160,9 +160,9 @@ def update(store_dir: pathlib.Path, log: store.Log) -> int:
     kept.update(missed)
     for key in {**missed, **completed}:
         if key in kept and not store.has_program(store_dir, key):
-            target = store_dir / store.PROGRAMS / f"{key}.mlir.xz"
+            target = store.program_path(store_dir, key)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(log.folder / store.PROGRAMS / f"{key}.mlir.xz", target)
+            shutil.copyfile(store.program_path(log.folder, key), target)
     store.write(store_dir, kept.values())
     for path in (store_dir / store.PROGRAMS).glob("*.mlir.xz"):
         if path.name.removesuffix(".mlir.xz") not in kept:

@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         page = pathlib.Path(record.uri)
         if page.is_relative_to(options.docs):  # not a record of another tree's pages
             records.setdefault(page.relative_to(options.docs).as_posix(), []).append(record)
-    seconds = {name: max(float(kept[-1].data.get("execution_seconds") or 0.0), 0.0) for name, kept in records.items()}
+    seconds = {name: float(kept[-1].data.get("execution_seconds") or 0.0) for name, kept in records.items()}
     chosen = draw(seconds, options.budget, seed)
     for name in chosen:
         for record in records[name]:
