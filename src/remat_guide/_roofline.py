@@ -150,6 +150,12 @@ def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) ->
     return {kind: products * 2 * batch * heads * seq * seq * dim // 2}
 
 
+def _merged(found: Mapping[tuple[tuple[tuple[str, int], ...], int], int]) -> list[list[Any]]:
+    """Kernels counted by their figures, as ``[count, {dtype: flops}, device_bytes]`` in a stable order."""
+    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][0], item[1]))
+    return [[count, dict(flops), device] for (flops, device), count in ordered]
+
+
 class _Program:
     """One compiled program's computations, walked from its entry."""
 
@@ -159,6 +165,7 @@ class _Program:
         self.found: collections.Counter = collections.Counter()
         self.host_out = 0
         self.host_in = 0
+        self.schedules: dict[str, list[list[Any]] | None] = {}
 
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
@@ -235,36 +242,99 @@ class _Program:
             device += written
         return device, host_out, host_in
 
-    def walk(self, computation: str, times: int, seen: frozenset = frozenset()) -> None:
+    def cost(self, instruction: _Instruction, computation: str) -> tuple[dict[str, int], int, int, int] | None:
+        """A kernel's matmul FLOPs and its HBM, host-out and host-in bytes; ``None`` for what launches nothing.
+
+        Loops, calls and conditionals are ``None`` too: their computations hold the kernels.
+        """
+        opcode = instruction.opcode
+        if opcode in _FREE or opcode in ("while", "call", "conditional") or (
+                opcode == "custom-call" and "AllocateBuffer" in instruction.attributes):
+            return None
         by_name = self.by_name.get(computation, {})
+        called = _CALLS.findall(instruction.attributes)
+        if called and opcode in ("fusion", "fusion-start", "async-start"):
+            return (self.matmul_flops(called[0]), *self.fused_bytes(instruction, called[0]))
+        if opcode == "copy-start" and instruction.arrays:
+            return ({}, *self.copy_bytes(instruction, by_name))
+        flops = (_dot_flops(instruction, by_name) if opcode == "dot" else
+                 _attention_flops(instruction, by_name) if opcode == "custom-call" else {})
+        return (flops, *self.plain_bytes(instruction, by_name))
+
+    def called(self, instruction: _Instruction, seen: frozenset) -> list[tuple[str, int]]:
+        """The computations a loop, call or conditional runs, each with how many times it runs them."""
+        if instruction.opcode == "while":  # _CALLS finds its body, not its condition
+            body = _CALLS.findall(instruction.attributes)
+            trips = _TRIPS.search(instruction.attributes)
+            return [(body[0], int(trips.group(1)) if trips else 1)] if body and body[0] not in seen else []
+        if instruction.opcode in ("call", "conditional"):
+            names = _CALLS.findall(instruction.attributes) or re.findall(r"%([\w.\-]+)", instruction.attributes)
+            return [(name, 1) for name in names if name in self.computations and name not in seen]
+        return []
+
+    def walk(self, computation: str, times: int, seen: frozenset = frozenset()) -> None:
         for instruction in self.computations.get(computation, []):
-            opcode = instruction.opcode
-            if opcode in _FREE or (opcode == "custom-call" and "AllocateBuffer" in instruction.attributes):
+            for name, trips in self.called(instruction, seen):
+                self.walk(name, times * trips, seen | {computation})
+            cost = self.cost(instruction, computation)
+            if cost is None:
                 continue
-            called = _CALLS.findall(instruction.attributes)
-            if opcode == "while":  # _CALLS finds its body, not its condition
-                trips = _TRIPS.search(instruction.attributes)
-                if called and called[0] not in seen:
-                    self.walk(called[0], times * (int(trips.group(1)) if trips else 1), seen | {computation})
-                continue
-            if opcode in ("call", "conditional"):
-                for name in called or re.findall(r"%([\w.\-]+)", instruction.attributes):
-                    if name in self.computations and name not in seen:
-                        self.walk(name, times, seen | {computation})
-                continue
-            if called and opcode in ("fusion", "fusion-start", "async-start"):
-                flops = self.matmul_flops(called[0])
-                device, host_out, host_in = self.fused_bytes(instruction, called[0])
-            elif opcode == "copy-start" and instruction.arrays:
-                flops = {}
-                device, host_out, host_in = self.copy_bytes(instruction, by_name)
-            else:
-                flops = (_dot_flops(instruction, by_name) if opcode == "dot" else
-                         _attention_flops(instruction, by_name) if opcode == "custom-call" else {})
-                device, host_out, host_in = self.plain_bytes(instruction, by_name)
+            flops, device, host_out, host_in = cost
             self.host_out += times * host_out
             self.host_in += times * host_in
             self.found[(tuple(sorted(flops.items())), device)] += times
+
+    def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
+        """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` without host traffic.
+
+        Runs of kernels that move nothing to or from the host are merged into one
+        ``kernels`` item, as are loops and calls whose computations move nothing either.
+        """
+        if computation in self.schedules:
+            return self.schedules[computation]
+        items: list[list[Any]] = []
+        run: collections.Counter = collections.Counter()
+        starts: dict[str, int] = {}
+        host = False
+
+        def flush() -> None:
+            if run:
+                items.append(["kernels", _merged(run)])
+                run.clear()
+
+        for instruction in self.computations.get(computation, []):
+            if instruction.opcode.endswith("-done") and instruction.operands and instruction.operands[0] in starts:
+                flush()
+                items.append(["done", starts[instruction.operands[0]]])
+                continue
+            for name, trips in self.called(instruction, seen):
+                inner = self.schedule(name, seen | {computation})
+                if inner is None:
+                    before = self.found
+                    self.found = run
+                    self.walk(name, trips, seen | {computation})
+                    self.found = before
+                else:
+                    flush()
+                    items.append(["run", name, trips])
+                    host = True
+            cost = self.cost(instruction, computation)
+            if cost is None:
+                continue
+            flops, device, host_out, host_in = cost
+            if not host_out and not host_in:
+                run[(tuple(sorted(flops.items())), device)] += 1
+                continue
+            flush()
+            host = True
+            if instruction.opcode.endswith("-start"):
+                starts[instruction.name] = len(starts)
+                items.append(["start", host_out, host_in])
+            else:
+                items.append(["sync", host_out, host_in, dict(flops), device])
+        flush()
+        self.schedules[computation] = items if host else None
+        return self.schedules[computation]
 
     @staticmethod
     def copy_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
@@ -290,24 +360,79 @@ def kernels(text: str) -> dict[str, Any]:
     once per iteration of the loop's known trip count. Bytes read from or written to
     host memory (``S(5)``) are counted apart, as host-link traffic each way.
 
+    A program that moves bytes to or from the host also gets ``"schedule"``: the
+    computations on the way to its transfers, each in the order XLA scheduled it, so
+    that :func:`step_seconds` can overlap an asynchronous transfer with the kernels
+    between its start and its done. Each computation is a list of items:
+    ``["kernels", [[count, {dtype: flops}, device_bytes], ...]]`` (kernels that move
+    nothing to or from the host, loops and calls of such kernels included),
+    ``["start", host_out, host_in]`` (an asynchronous transfer starts),
+    ``["done", i]`` (the computation waits for its ``i``-th start),
+    ``["sync", host_out, host_in, {dtype: flops}, device_bytes]`` (a kernel that
+    reads or writes host memory itself) and ``["run", computation, times]`` (a loop or
+    call of a computation that has host traffic of its own).
+
     Returns:
         ``{"kernels": [[count, {dtype: flops}, device_bytes], ...], "host_out": bytes,
-        "host_in": bytes}``, kernels with the same figures merged, in a stable order.
+        "host_in": bytes}``, kernels with the same figures merged, in a stable order;
+        with host traffic, also ``"schedule": {"entry": name, "computations": {name: items}}``.
     """
     program = _Program(text)
     program.walk(program.entry, 1)
-    found = sorted(program.found.items(), key=lambda item: (item[0][1], item[0][0], item[1]))
-    return {"kernels": [[count, dict(flops), device] for (flops, device), count in found],
-            "host_out": program.host_out, "host_in": program.host_in}
+    figures: dict[str, Any] = {"kernels": _merged(program.found), "host_out": program.host_out,
+                               "host_in": program.host_in}
+    if program.host_out or program.host_in:
+        program.schedule(program.entry)
+        figures["schedule"] = {"entry": program.entry, "computations": {
+            name: items for name, items in sorted(program.schedules.items()) if items is not None}}
+    return figures
+
+
+def _kernel_seconds(flops: Mapping[str, int], device: int, flops_per_second: Mapping[str, float],
+                    memory_bandwidth: float) -> tuple[float, float]:
+    """One kernel's matmul time and memory time."""
+    matmul = sum(value / flops_per_second.get(kind, flops_per_second["f32"]) for kind, value in flops.items())
+    return matmul, device / memory_bandwidth
+
+
+def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Any, host_bandwidth: float) -> float:
+    """The time of one run of a scheduled computation, its transfers overlapped with its kernels.
+
+    The kernels run one after another. A transfer starts at its start, or when the host
+    link has finished the transfers started before it (one link, one transfer at a time);
+    the computation waits at the transfer's done for what is left of it. A transfer's own
+    kernel (the copy) runs beside the other kernels and costs them nothing.
+    """
+    now = link = 0.0
+    ends: list[float] = []
+    for item in schedule["computations"][name]:
+        kind = item[0]
+        if kind == "kernels":
+            now += sum(count * kernel(flops, device) for count, flops, device in item[1])
+        elif kind == "run":
+            now += item[2] * _overlapped(schedule, item[1], kernel, host_bandwidth)
+        elif kind == "start":
+            link = max(now, link) + (item[1] + item[2]) / host_bandwidth
+            ends.append(link)
+        elif kind == "done":
+            now = max(now, ends[item[1]])
+        else:  # "sync": the kernel waits for the link, then runs as long as its slower side
+            now = max(now, link) + max(kernel(item[3], item[4]), (item[1] + item[2]) / host_bandwidth)
+            link = now
+    return now
 
 
 def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
                  host_bandwidth: float) -> dict[str, float]:
-    """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
+    """A roofline of :func:`kernels`: each kernel as long as its slower resource, host transfers per the schedule.
 
-    Returns ``seconds`` (kernels, then transfers), ``kernel_seconds`` (each kernel's slower
-    resource, summed), ``compute_seconds`` and ``memory_seconds`` (each resource alone,
-    summed) and ``transfer_seconds`` (the host link, out and back).
+    Returns ``seconds`` (the estimate: kernels one after another, each asynchronous host
+    transfer overlapped with the kernels the schedule puts between its start and its
+    done), ``serial_seconds`` (its upper bound: every kernel, then every transfer,
+    overlapped with nothing), ``kernel_seconds`` (each kernel's slower resource, summed),
+    ``compute_seconds`` and ``memory_seconds`` (each resource alone, summed) and
+    ``transfer_seconds`` (the host link, out and back). Without ``"schedule"`` (no host
+    traffic, or figures kept before it), ``seconds`` is ``serial_seconds``.
 
     Args:
         figures: What :func:`kernels` returned.
@@ -317,11 +442,18 @@ def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, floa
     """
     kernel = compute = memory = 0.0
     for count, flops, device in figures["kernels"]:
-        matmul = sum(value / flops_per_second.get(kind, flops_per_second["f32"]) for kind, value in flops.items())
-        moved = device / memory_bandwidth
+        matmul, moved = _kernel_seconds(flops, device, flops_per_second, memory_bandwidth)
         compute += count * matmul
         memory += count * moved
         kernel += count * max(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / host_bandwidth
-    return {"seconds": kernel + transfer, "kernel_seconds": kernel, "compute_seconds": compute,
+    serial = kernel + transfer
+    schedule = figures.get("schedule")
+    if schedule:
+        seconds = _overlapped(schedule, schedule["entry"],
+                              lambda f, d: max(_kernel_seconds(f, d, flops_per_second, memory_bandwidth)),
+                              host_bandwidth)
+    else:
+        seconds = serial
+    return {"seconds": seconds, "serial_seconds": serial, "kernel_seconds": kernel, "compute_seconds": compute,
             "memory_seconds": memory, "transfer_seconds": transfer}

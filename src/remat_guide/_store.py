@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log",
-           "StoreError", "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log",
+__all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
+           "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log", "outdated",
            "program_bytes", "program_name", "program_path", "read_program", "start_page", "store_folder", "write",
            "write_json", "write_program"]
 
@@ -73,6 +73,18 @@ def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
     """The compiler's output in an entry: what a recompile must reproduce exactly."""
     fields = ("memory", "cost", "instructions", "kernels", "error", "log")
     return {field: entry[field] for field in fields if field in entry}
+
+
+def outdated(entry: dict[str, Any], platform: str) -> bool:
+    """Whether an entry was kept before the store held all that is read of it, so that it is compiled again.
+
+    A GPU program (``platform="cuda"``) needs its kernels, and when it moves bytes to or
+    from the host, their schedule (``remat_guide._roofline.kernels``); a refusal needs neither.
+    """
+    if platform != "cuda" or "error" in entry:
+        return False
+    kernels = entry.get("kernels")
+    return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels)
 
 
 def identity_of(entry: dict[str, Any]) -> dict[str, Any]:

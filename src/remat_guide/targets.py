@@ -56,7 +56,11 @@ class Estimate:
     """A program's estimated step time on a GPU (see :func:`estimate_step`), and the parts it adds up.
 
     Attributes:
-        seconds: The estimate: ``kernel_seconds + transfer_seconds``.
+        seconds: The estimate: the kernels one after another, each asynchronous host
+            transfer overlapped with the kernels that the compiled schedule places between
+            its start and its done.
+        serial_seconds: Its upper bound, ``kernel_seconds + transfer_seconds``: nothing
+            overlapped. Equal to ``seconds`` for a program that moves nothing to the host.
         kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
         compute_seconds: The matmul time alone, summed over kernels.
         memory_seconds: The device-memory time alone, summed over kernels.
@@ -64,6 +68,7 @@ class Estimate:
     """
 
     seconds: float
+    serial_seconds: float
     kernel_seconds: float
     compute_seconds: float
     memory_seconds: float
@@ -526,15 +531,18 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     Every kernel of the compiled program (a fusion, or an instruction left unfused; a loop
     body's kernels once per iteration) takes the longer of two times: its matrix
     multiplications' FLOPs at the GPU's dense tensor-core rate for their dtype, and the
-    bytes it reads and writes at the HBM bandwidth. The kernels run one after another;
-    then the bytes offloaded to host memory cross the host link out and back, not
-    overlapped with anything. Each rate is the target's published figure
-    (:class:`Hardware`) times :data:`EFFICIENCY`.
+    bytes it reads and writes at the HBM bandwidth. The kernels run one after another.
+    A transfer to or from host memory runs on the host link from its asynchronous start,
+    one transfer at a time, and the step waits at its done only for what is left of it
+    after the kernels XLA scheduled between the two: ``seconds``. With every transfer
+    after the kernels instead, overlapped with nothing, the bound is ``serial_seconds``.
+    Each rate is the target's published figure (:class:`Hardware`) times
+    :data:`EFFICIENCY`.
 
-    Left out: transfers hidden behind compute, kernels slower than their roofline (small
-    or oddly shaped matmuls, elementwise math), launch gaps, autotuning's choice of
-    kernels, collectives between devices. It is a model, compared with an H200's
-    measured step times on the guide's page on time on accelerators.
+    Left out: kernels slower than their roofline (small or oddly shaped matmuls,
+    elementwise math), launch gaps, a transfer slowing the kernels beside it, autotuning's
+    choice of kernels, collectives between devices. It is a model, compared with an
+    H200's measured step times on the guide's page on time on accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
@@ -559,7 +567,7 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         >>> estimate = estimate_step(compiled, "h100")
         >>> round(estimate.compute_seconds * 1e6)  # 2 * 4096**3 FLOPs at 70% of 989.5 TFLOP/s
         198
-        >>> estimate.seconds == estimate.kernel_seconds, estimate.transfer_seconds
+        >>> estimate.seconds == estimate.serial_seconds == estimate.kernel_seconds, estimate.transfer_seconds
         (True, 0.0)
     """
     chosen = target(name)

@@ -99,10 +99,79 @@ def test_offloaded_values_cross_the_host_link_out_and_back():
     estimate = estimate_step(program, GPU)
     link = TARGETS[GPU].hardware.host_bandwidth * EFFICIENCY["host"]
     assert estimate.transfer_seconds == pytest.approx(2 * host / link)
-    assert estimate.seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    assert estimate.serial_seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    assert estimate.compute_seconds <= estimate.seconds <= estimate.serial_seconds
     kept = compiled_for(offloaded_scan_gradient(jax.checkpoint_policies.save_only_these_names("h")),
                         jnp.ones((8, 2, 512, 512)), jnp.ones((256, 512)))
     assert estimate_step(kept, GPU).transfer_seconds == 0
+
+
+def wide_offloaded_layers(matmuls_after):
+    """Two bfloat16 layers of width 4096: one matmul's output offloaded, ``matmuls_after`` more matmuls after it."""
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["hidden"], offload_src="device",
+        offload_dst="pinned_host")
+
+    def layer(h, w):
+        z = checkpoint_name(h @ w[0], "hidden")
+        for i in range(1, matmuls_after + 1):
+            z = jnp.tanh(z) @ w[i]
+        return z, None
+
+    def loss(w, x):
+        return jnp.sum(jax.lax.scan(jax.checkpoint(layer, policy=policy), x, w)[0].astype(jnp.float32) ** 2)
+
+    w = jax.ShapeDtypeStruct((2, matmuls_after + 1, 4096, 4096), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((1024, 4096), jnp.bfloat16)
+    return compiled_for(jax.grad(loss), w, x)
+
+
+def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_from_the_estimate():
+    program = wide_offloaded_layers(5)
+    figures = roofline.kernels(program.as_text())
+    hardware = TARGETS[GPU].hardware
+    link = hardware.host_bandwidth * EFFICIENCY["host"]
+    rates = {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()}
+
+    def seconds(kernels):
+        return sum(count * max(sum(v / rates[k] for k, v in flops.items()),
+                               nbytes / (hardware.memory_bandwidth * EFFICIENCY["memory"]))
+                   for count, flops, nbytes in kernels)
+
+    # The forward loop body, as XLA scheduled it: the write to the host starts, five
+    # matmuls run, then the body waits for the write, which took less time than they did.
+    computations = figures["schedule"]["computations"]
+    forward = next(items for items in computations.values() if [item[0] for item in items][1:4] ==
+                   ["start", "kernels", "done"] and items[1][1] > 0)
+    between = forward[2][1]
+    assert sum(count for count, flops, _ in between if flops) == 5
+    assert seconds(between) > forward[1][1] / link
+    estimate = estimate_step(program, GPU)
+    assert estimate.compute_seconds <= estimate.seconds < estimate.serial_seconds
+    assert estimate.serial_seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    # Each layer's write hides behind its matmuls; the serial bound pays for both of them.
+    assert estimate.serial_seconds - estimate.seconds >= 2 * forward[1][1] / link
+
+
+def test_transfers_overlap_the_kernels_between_their_start_and_done_one_at_a_time():
+    def estimate(items, host_out=0):
+        figures = {"kernels": [], "host_out": host_out, "host_in": 0,
+                   "schedule": {"entry": "main", "computations": {"main": items, "body": [
+                       ["start", 2 * 10**9, 0], ["kernels", [[1, {}, 10**9]]], ["done", 0]]}}}
+        return roofline.step_seconds(figures, {"f32": 10**14}, 10**12, 10**12)["seconds"]
+
+    kernel = ["kernels", [[3, {}, 10**9]]]  # 3 ms of memory traffic
+    # A 2 ms transfer beside 3 ms of kernels is hidden; a 5 ms one shows 2 ms of itself.
+    assert estimate([["start", 2 * 10**9, 0], kernel, ["done", 0]]) == pytest.approx(3e-3)
+    assert estimate([["start", 0, 5 * 10**9], kernel, ["done", 0]]) == pytest.approx(5e-3)
+    # Two transfers in flight share the link: the second ends 4 ms in, after the first.
+    assert estimate([["start", 2 * 10**9, 0], ["start", 2 * 10**9, 0], kernel, ["done", 0], ["done", 1]]
+                    ) == pytest.approx(4e-3)
+    # Waiting at once hides nothing; a synchronous host kernel waits for the link, then runs.
+    assert estimate([["start", 2 * 10**9, 0], ["done", 0], kernel]) == pytest.approx(5e-3)
+    assert estimate([["start", 2 * 10**9, 0], ["sync", 10**9, 0, {}, 0], ["done", 0]]) == pytest.approx(3e-3)
+    # A loop runs its body's schedule once per trip: 2 ms of transfer behind 1 ms of kernel.
+    assert estimate([["run", "body", 4]]) == pytest.approx(8e-3)
 
 
 def test_each_kernel_takes_its_slower_resource():

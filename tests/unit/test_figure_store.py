@@ -227,6 +227,39 @@ def test_an_upgrade_rehearsal_misses_every_entry_and_the_refresh_compiles_them_b
     assert figure_store.verify(site_store / "store", jobs=2) == 0
 
 
+def offloading_lowered():
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["h"], offload_src="device",
+        offload_dst="pinned_host")
+
+    def loss(w, x):
+        def layer(h, w_layer):
+            return jnp.tanh(jax.ad_checkpoint.checkpoint_name(h @ w_layer, "h")), None
+        return jax.lax.scan(jax.checkpoint(layer, policy=policy), x, w)[0].sum()
+    return jax.jit(jax.grad(loss)).lower(*place((jnp.ones((4, 64, 64)), jnp.ones((8, 64))), "h100"))
+
+
+def test_an_entry_kept_before_the_store_held_its_transfers_schedule_is_compiled_again(site_store, capsys):
+    compile_ahead(offloading_lowered(), "h100")
+    make_figures(site_store)
+    (key, entry), = store.load(site_store / "store").items()
+    assert entry["kernels"]["host_out"] > 0 and "schedule" in entry["kernels"]
+    # The entry as the store kept it before schedules: its kernels without one.
+    old = {**entry, "kernels": {k: v for k, v in entry["kernels"].items() if k != "schedule"}}
+    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
+    store.load.cache_clear()
+    assert store.outdated(store.load(site_store / "store")[key], "cuda")
+    log = store.Log(site_store / "log")
+    assert figure_store.refresh(site_store / "store", log, jobs=1) == 0
+    assert "0 entries were compiled by another compiler than the installed one (" in capsys.readouterr().out
+    with counting_compiles() as compiles:  # the page reads what the refresh compiled
+        compile_ahead(offloading_lowered(), "h100")
+    assert not compiles
+    make_figures(site_store)
+    assert store.load(site_store / "store")[key] == entry
+    assert not store.outdated(entry, "cuda") and not store.outdated(old, "tpu")
+
+
 def test_a_program_the_store_lacks_fails_the_check_naming_the_page(site_store, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     make_figures(site_store)

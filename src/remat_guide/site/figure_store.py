@@ -180,27 +180,34 @@ def update(store_dir: pathlib.Path, log: store.Log) -> int:
 
 
 def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) -> int:
-    """Before a build: every entry made by another compiler than the installed one, compiled again by it.
+    """Before a build: every entry made by another compiler than the installed one, or outdated, compiled again.
 
     A new jaxlib, libtpu or CUDA plugin (or ``REMAT_GUIDE_FIGURES_REHEARSAL``) changes every
     key, so without this the pages would compile each program inside their cells. Here each
     kept program is compiled in a worker process, one per core, and recorded in the build's
     log as the pages' own compiles are: the pages then read it, and ``make figures`` puts it
-    in the store in place of the old entry. Does nothing when every entry is the installed
-    compiler's.
+    in the store in place of the old entry. An outdated entry (``_store.outdated``: kept
+    before the store held a figure the pages now read) is compiled again the same way. Does
+    nothing when every entry is the installed compiler's and up to date.
     """
+    from remat_guide.targets import target
+
     entries = store.load(store_dir) if store_dir.is_dir() else {}
     installed = _installed_compilers(entries.values())
     stale = [entry for entry in entries.values() if entry["compiler"] != installed[entry["target"]]]
+    outdated = [entry for entry in entries.values() if entry["compiler"] == installed[entry["target"]]
+                and store.outdated(entry, target(entry["target"]).platform)]
     replaced = log.all_replaced()
-    stale = [entry for entry in stale if entry["key"] not in replaced]
+    outdated = [entry for entry in outdated if entry["key"] not in replaced]
+    stale = [entry for entry in stale if entry["key"] not in replaced] + outdated
     if not stale:
         return 0
     work, problems = _programs(store_dir, stale)
     compilers = sorted({installed[entry["target"]] for entry, _ in work})
     texts = {entry["key"]: text for entry, text in work}
-    print(f"figure store: {len(stale)} entries were compiled by another compiler than the installed one "
-          f"({'; '.join(compilers)}): compiling {len(work)} of them again from their kept programs in "
+    print(f"figure store: {len(stale) - len(outdated)} entries were compiled by another compiler than the "
+          f"installed one ({'; '.join(compilers)}) and {len(outdated)} lack a figure the pages now read: "
+          f"compiling {len(work)} of them again from their kept programs in "
           f"{min(_jobs(jobs), max(len(work), 1))} processes, before the pages run", flush=True)
     started, changed = time.perf_counter(), []
 
