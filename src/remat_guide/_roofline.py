@@ -424,15 +424,14 @@ def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Any, host_bandwi
 
 def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
                  host_bandwidth: float) -> dict[str, float]:
-    """A roofline of :func:`kernels`: each kernel as long as its slower resource, host transfers per the schedule.
+    """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
 
-    Returns ``seconds`` (the estimate: kernels one after another, each asynchronous host
+    Returns ``seconds`` (every kernel, then every host transfer, overlapped with nothing),
+    ``overlapped_seconds`` (the kernels one after another, each asynchronous host
     transfer overlapped with the kernels the schedule puts between its start and its
-    done), ``serial_seconds`` (its upper bound: every kernel, then every transfer,
-    overlapped with nothing), ``kernel_seconds`` (each kernel's slower resource, summed),
-    ``compute_seconds`` and ``memory_seconds`` (each resource alone, summed) and
-    ``transfer_seconds`` (the host link, out and back). Without ``"schedule"`` (no host
-    traffic, or figures kept before it), ``seconds`` is ``serial_seconds``.
+    done; ``seconds`` without ``"schedule"``), ``kernel_seconds`` (each kernel's slower
+    resource, summed), ``compute_seconds`` and ``memory_seconds`` (each resource alone,
+    summed) and ``transfer_seconds`` (the host link, out and back).
 
     Args:
         figures: What :func:`kernels` returned.
@@ -447,13 +446,11 @@ def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, floa
         memory += count * moved
         kernel += count * max(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / host_bandwidth
-    serial = kernel + transfer
     schedule = figures.get("schedule")
+    overlapped = kernel + transfer
     if schedule:
-        seconds = _overlapped(schedule, schedule["entry"],
-                              lambda f, d: max(_kernel_seconds(f, d, flops_per_second, memory_bandwidth)),
-                              host_bandwidth)
-    else:
-        seconds = serial
-    return {"seconds": seconds, "serial_seconds": serial, "kernel_seconds": kernel, "compute_seconds": compute,
-            "memory_seconds": memory, "transfer_seconds": transfer}
+        overlapped = _overlapped(schedule, schedule["entry"],
+                                 lambda f, d: max(_kernel_seconds(f, d, flops_per_second, memory_bandwidth)),
+                                 host_bandwidth)
+    return {"seconds": kernel + transfer, "overlapped_seconds": overlapped, "kernel_seconds": kernel,
+            "compute_seconds": compute, "memory_seconds": memory, "transfer_seconds": transfer}

@@ -91,9 +91,8 @@ class PolicyRow:
             argument's buffer (donated arguments).
         step_seconds: On a GPU target, the estimated time of one run of the program
             (:func:`remat_guide.targets.estimate_step`: a roofline of the compiled
-            program's kernels, each host transfer overlapped with the kernels its
-            schedule puts beside it); ``None`` on the CPU and on TPU targets, where
-            nothing is estimated.
+            program plus its host transfers); ``None`` on the CPU and on TPU targets,
+            where nothing is estimated.
         refused: The first line of XLA's TPU compiler's error when it refused to compile
             the program because it does not fit the chip's memory; then ``peak_bytes``
             (and ``device_bytes``) is the memory that message says the program needs
@@ -526,10 +525,9 @@ def recommend_policy(
     on this machine's CPU. A program XLA's TPU compiler refused never fits, whatever the
     figure its message gave (the compiler's usable HBM is below the chip's
     ``memory_bytes``). Of the rows that fit, on a GPU target the one with the least
-    estimated step time (``step_seconds``: a roofline of the compiled kernels, each host
-    transfer overlapped with the kernels scheduled beside it) is chosen; elsewhere,
-    where no time is estimated, the one with the fewest FLOPs, which says what is
-    recomputed, not how long a step takes. A tie goes to the one using less memory.
+    estimated step time (``step_seconds``) is chosen; elsewhere, where no time is
+    estimated, the one with the fewest FLOPs, which says what is recomputed, not how
+    long a step takes. A tie goes to the one using less memory.
 
     On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
     H200, arguments + outputs + temporary memory with autotuning were up to 10% above the

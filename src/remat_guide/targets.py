@@ -56,11 +56,13 @@ class Estimate:
     """A program's estimated step time on a GPU (see :func:`estimate_step`), and the parts it adds up.
 
     Attributes:
-        seconds: The estimate: the kernels one after another, each asynchronous host
+        seconds: The estimate: ``kernel_seconds + transfer_seconds``, every host transfer
+            after the kernels, overlapped with nothing.
+        overlapped_seconds: The kernels one after another, each asynchronous host
             transfer overlapped with the kernels that the compiled schedule places between
-            its start and its done.
-        serial_seconds: Its upper bound, ``kernel_seconds + transfer_seconds``: nothing
-            overlapped. Equal to ``seconds`` for a program that moves nothing to the host.
+            its start and its done: what the schedule allows, a lower bound that an
+            H200 did not reach (the guide's page on time on accelerators). Equal to
+            ``seconds`` for a program that moves nothing to or from the host.
         kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
         compute_seconds: The matmul time alone, summed over kernels.
         memory_seconds: The device-memory time alone, summed over kernels.
@@ -68,7 +70,7 @@ class Estimate:
     """
 
     seconds: float
-    serial_seconds: float
+    overlapped_seconds: float
     kernel_seconds: float
     compute_seconds: float
     memory_seconds: float
@@ -531,13 +533,17 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     Every kernel of the compiled program (a fusion, or an instruction left unfused; a loop
     body's kernels once per iteration) takes the longer of two times: its matrix
     multiplications' FLOPs at the GPU's dense tensor-core rate for their dtype, and the
-    bytes it reads and writes at the HBM bandwidth. The kernels run one after another.
-    A transfer to or from host memory runs on the host link from its asynchronous start,
-    one transfer at a time, and the step waits at its done only for what is left of it
-    after the kernels XLA scheduled between the two: ``seconds``. With every transfer
-    after the kernels instead, overlapped with nothing, the bound is ``serial_seconds``.
-    Each rate is the target's published figure (:class:`Hardware`) times
-    :data:`EFFICIENCY`.
+    bytes it reads and writes at the HBM bandwidth. The kernels run one after another;
+    then the bytes moved to and from host memory cross the host link, overlapped with
+    nothing: ``seconds``. Each rate is the target's published figure (:class:`Hardware`)
+    times :data:`EFFICIENCY`.
+
+    The compiled program starts each host transfer asynchronously and waits for it later,
+    with kernels scheduled in between. ``overlapped_seconds`` runs each transfer on the
+    host link from its start (one at a time) and waits at its done only for what is left
+    of it after those kernels. It is not the estimate: every offloading program that an
+    H200 timed took longer than even ``seconds``, so the copies hid less behind compute
+    than the schedule allows.
 
     Left out: kernels slower than their roofline (small or oddly shaped matmuls,
     elementwise math), launch gaps, a transfer slowing the kernels beside it, autotuning's
@@ -567,7 +573,7 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         >>> estimate = estimate_step(compiled, "h100")
         >>> round(estimate.compute_seconds * 1e6)  # 2 * 4096**3 FLOPs at 70% of 989.5 TFLOP/s
         198
-        >>> estimate.seconds == estimate.serial_seconds == estimate.kernel_seconds, estimate.transfer_seconds
+        >>> estimate.seconds == estimate.overlapped_seconds == estimate.kernel_seconds, estimate.transfer_seconds
         (True, 0.0)
     """
     chosen = target(name)

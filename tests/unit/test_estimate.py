@@ -99,8 +99,8 @@ def test_offloaded_values_cross_the_host_link_out_and_back():
     estimate = estimate_step(program, GPU)
     link = TARGETS[GPU].hardware.host_bandwidth * EFFICIENCY["host"]
     assert estimate.transfer_seconds == pytest.approx(2 * host / link)
-    assert estimate.serial_seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
-    assert estimate.compute_seconds <= estimate.seconds <= estimate.serial_seconds
+    assert estimate.seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    assert estimate.compute_seconds <= estimate.overlapped_seconds <= estimate.seconds
     kept = compiled_for(offloaded_scan_gradient(jax.checkpoint_policies.save_only_these_names("h")),
                         jnp.ones((8, 2, 512, 512)), jnp.ones((256, 512)))
     assert estimate_step(kept, GPU).transfer_seconds == 0
@@ -126,7 +126,7 @@ def wide_offloaded_layers(matmuls_after):
     return compiled_for(jax.grad(loss), w, x)
 
 
-def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_from_the_estimate():
+def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_when_overlapped():
     program = wide_offloaded_layers(5)
     figures = roofline.kernels(program.as_text())
     hardware = TARGETS[GPU].hardware
@@ -147,10 +147,10 @@ def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_from_the_estim
     assert sum(count for count, flops, _ in between if flops) == 5
     assert seconds(between) > forward[1][1] / link
     estimate = estimate_step(program, GPU)
-    assert estimate.compute_seconds <= estimate.seconds < estimate.serial_seconds
-    assert estimate.serial_seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
-    # Each layer's write hides behind its matmuls; the serial bound pays for both of them.
-    assert estimate.serial_seconds - estimate.seconds >= 2 * forward[1][1] / link
+    assert estimate.compute_seconds <= estimate.overlapped_seconds < estimate.seconds
+    assert estimate.seconds == pytest.approx(estimate.kernel_seconds + estimate.transfer_seconds)
+    # Each layer's write hides behind its matmuls; the estimate without overlap pays for both.
+    assert estimate.seconds - estimate.overlapped_seconds >= 2 * forward[1][1] / link
 
 
 def test_transfers_overlap_the_kernels_between_their_start_and_done_one_at_a_time():
@@ -158,7 +158,7 @@ def test_transfers_overlap_the_kernels_between_their_start_and_done_one_at_a_tim
         figures = {"kernels": [], "host_out": host_out, "host_in": 0,
                    "schedule": {"entry": "main", "computations": {"main": items, "body": [
                        ["start", 2 * 10**9, 0], ["kernels", [[1, {}, 10**9]]], ["done", 0]]}}}
-        return roofline.step_seconds(figures, {"f32": 10**14}, 10**12, 10**12)["seconds"]
+        return roofline.step_seconds(figures, {"f32": 10**14}, 10**12, 10**12)["overlapped_seconds"]
 
     kernel = ["kernels", [[3, {}, 10**9]]]  # 3 ms of memory traffic
     # A 2 ms transfer beside 3 ms of kernels is hidden; a 5 ms one shows 2 ms of itself.
@@ -249,3 +249,10 @@ def test_a_second_h200_run_timed_every_size_and_the_bf16_ones_hold_within_a_quar
         if config in ("large_bf16", "xl_bf16"):
             relative = by["estimated_ratio"] / by["measured_ratio"]
             assert np.all(np.abs(relative - 1) <= 0.25), (config, relative)
+    # Why the estimate does not overlap the copies: every offloading step took longer than
+    # even the estimate without overlap, and the overlap the schedule allows is below it.
+    offloading = rows[rows["policy"].str.startswith("offload")]
+    assert (offloading["measured_seconds"] > offloading["estimated_seconds"]).all()
+    assert (offloading["overlapped_seconds"] < offloading["estimated_seconds"]).all()
+    others = rows[~rows["policy"].str.startswith("offload")]
+    assert (others["overlapped_seconds"] == others["estimated_seconds"]).all()

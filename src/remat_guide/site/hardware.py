@@ -68,7 +68,7 @@ def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = ME
         ``peak_bytes`` (XLA's, ahead of time), ``measured_peak``, ``memory_ratio``
         (``device_bytes / measured_peak``), ``estimated_seconds``, ``measured_seconds``
         (``NaN`` where no time was measured), ``estimated_ratio``, ``measured_ratio``,
-        ``serial_seconds`` (the estimate's bound with no transfer overlapped) and the
+        ``overlapped_seconds`` (host transfers overlapped as the schedule allows) and the
         estimate's parts ``compute_seconds``, ``memory_seconds``, ``transfer_seconds``.
     """
     found, timed_file = measurement(), measurement(timing)
@@ -86,7 +86,7 @@ def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = ME
                 "matmul_flops": sum(count * sum(flops.values()) for count, flops, _ in kernels),
                 "peak_bytes": memory.peak_memory_in_bytes,
                 "measured_peak": None if peak is None else peak["peak_after_run"],
-                "estimated_seconds": estimate.seconds, "serial_seconds": estimate.serial_seconds,
+                "estimated_seconds": estimate.seconds, "overlapped_seconds": estimate.overlapped_seconds,
                 "measured_seconds": None if timed is None else timed["step_ms_median"] / 1e3,
                 "compute_seconds": estimate.compute_seconds, "memory_seconds": estimate.memory_seconds,
                 "transfer_seconds": estimate.transfer_seconds})
