@@ -224,7 +224,8 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
 
     recompile(work, jobs, done)
     print(f"figure store: compiled {len(work)} programs again in {time.perf_counter() - started:.0f} s; "
-          f"{len(work) - len(changed)} gave the same figures as the old compiler, {len(changed)} changed"
+          f"{len(work) - len(changed)} gave the same figures as the entries they replace, "
+          f"{len(changed)} changed"
           f"{':' if changed else ''}", *changed, sep="\n  ")
     print("figure store: `make figures` stores them in place of the old entries")
     for problem in problems:
