@@ -541,9 +541,9 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     The compiled program starts each host transfer asynchronously and waits for it later,
     with kernels scheduled in between. ``overlapped_seconds`` runs each transfer on the
     host link from its start (one at a time) and waits at its done only for what is left
-    of it after those kernels. It is not the estimate: every offloading program that an
-    H200 timed took longer than even ``seconds``, so the copies hid less behind compute
-    than the schedule allows.
+    of it after those kernels. It is not the estimate: on an H200, every offloading step
+    of the three larger models the guide timed, as a ratio to no checkpoint's time, came
+    closer to ``seconds`` than to this (the guide's page on time on accelerators).
 
     Left out: kernels slower than their roofline (small or oddly shaped matmuls,
     elementwise math), launch gaps, a transfer slowing the kernels beside it, autotuning's

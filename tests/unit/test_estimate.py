@@ -249,10 +249,14 @@ def test_a_second_h200_run_timed_every_size_and_the_bf16_ones_hold_within_a_quar
         if config in ("large_bf16", "xl_bf16"):
             relative = by["estimated_ratio"] / by["measured_ratio"]
             assert np.all(np.abs(relative - 1) <= 0.25), (config, relative)
-    # Why the estimate does not overlap the copies: every offloading step took longer than
-    # even the estimate without overlap, and the overlap the schedule allows is below it.
+    # Why the estimate does not overlap the copies: against no checkpoint's time, every
+    # offloading step of the larger models is closer to the estimate without overlap.
     offloading = rows[rows["policy"].str.startswith("offload")]
-    assert (offloading["measured_seconds"] > offloading["estimated_seconds"]).all()
     assert (offloading["overlapped_seconds"] < offloading["estimated_seconds"]).all()
+    none = rows[rows["policy"] == "none"].set_index("config")["estimated_seconds"]
+    larger = offloading[offloading["config"] != "page"]
+    measured = larger["measured_ratio"]
+    overlapped = larger["overlapped_seconds"] / larger["config"].map(none)
+    assert ((larger["estimated_ratio"] / measured - 1).abs() < (overlapped / measured - 1).abs()).all()
     others = rows[~rows["policy"].str.startswith("offload")]
     assert (others["overlapped_seconds"] == others["estimated_seconds"]).all()
