@@ -272,17 +272,20 @@ class _Program:
             return [(name, 1) for name in names if name in self.computations and name not in seen]
         return []
 
-    def walk(self, computation: str, times: int, seen: frozenset = frozenset()) -> None:
+    def walk(self, computation: str, times: int, seen: frozenset = frozenset(),
+             into: collections.Counter | None = None) -> None:
+        """Counts the kernels of ``computation`` run ``times`` times, in ``into`` (``self.found`` by default)."""
+        found = self.found if into is None else into
         for instruction in self.computations.get(computation, []):
             for name, trips in self.called(instruction, seen):
-                self.walk(name, times * trips, seen | {computation})
+                self.walk(name, times * trips, seen | {computation}, found)
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue
             flops, device, host_out, host_in = cost
             self.host_out += times * host_out
             self.host_in += times * host_in
-            self.found[(tuple(sorted(flops.items())), device)] += times
+            found[(tuple(sorted(flops.items())), device)] += times
 
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
         """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` without host traffic.
@@ -309,11 +312,8 @@ class _Program:
                 continue
             for name, trips in self.called(instruction, seen):
                 inner = self.schedule(name, seen | {computation})
-                if inner is None:
-                    before = self.found
-                    self.found = run
-                    self.walk(name, trips, seen | {computation})
-                    self.found = before
+                if inner is None:  # no host traffic inside: its kernels join the current run
+                    self.walk(name, trips, seen | {computation}, run)
                 else:
                     flush()
                     items.append(["run", name, trips])

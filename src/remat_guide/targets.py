@@ -60,8 +60,8 @@ class Estimate:
             after the kernels, overlapped with nothing.
         overlapped_seconds: The kernels one after another, each asynchronous host
             transfer overlapped with the kernels that the compiled schedule places between
-            its start and its done: what the schedule allows, a lower bound that an
-            H200 did not reach (the guide's page on time on accelerators). Equal to
+            its start and its done: what the schedule allows, which an H200's offloading
+            steps did not reach (the guide's page on time on accelerators). Equal to
             ``seconds`` for a program that moves nothing to or from the host.
         kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
         compute_seconds: The matmul time alone, summed over kernels.
@@ -545,9 +545,9 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     of the three larger models the guide timed, as a ratio to no checkpoint's time, came
     closer to ``seconds`` than to this (the guide's page on time on accelerators).
 
-    Left out: kernels slower than their roofline (small or oddly shaped matmuls,
-    elementwise math), launch gaps, a transfer slowing the kernels beside it, autotuning's
-    choice of kernels, collectives between devices. It is a model, compared with an
+    Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
+    kernels slower than their roofline (small or oddly shaped matmuls, elementwise math),
+    launch gaps, autotuning's choice of kernels, collectives between devices. It is a model, compared with an
     H200's measured step times on the guide's page on time on accelerators.
 
     Args:
