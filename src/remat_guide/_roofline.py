@@ -6,7 +6,7 @@ import collections
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["kernels", "step_seconds"]
@@ -395,7 +395,8 @@ def _kernel_seconds(flops: Mapping[str, int], device: int, flops_per_second: Map
     return matmul, device / memory_bandwidth
 
 
-def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Any, host_bandwidth: float) -> float:
+def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Callable[[Mapping[str, int], int], float],
+                host_bandwidth: float) -> float:
     """The time of one run of a scheduled computation, its transfers overlapped with its kernels.
 
     The kernels run one after another. A transfer starts at its start, or when the host

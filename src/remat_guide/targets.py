@@ -547,8 +547,9 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
 
     Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
     kernels slower than their roofline (small or oddly shaped matmuls, elementwise math),
-    launch gaps, autotuning's choice of kernels, collectives between devices. It is a model, compared with an
-    H200's measured step times on the guide's page on time on accelerators.
+    launch gaps, autotuning's choice of kernels, collectives between devices. It is a
+    model, compared with an H200's measured step times on the guide's page on time on
+    accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text

@@ -154,8 +154,8 @@ def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_when_overlappe
 
 
 def test_transfers_overlap_the_kernels_between_their_start_and_done_one_at_a_time():
-    def estimate(items, host_out=0):
-        figures = {"kernels": [], "host_out": host_out, "host_in": 0,
+    def estimate(items):
+        figures = {"kernels": [], "host_out": 0, "host_in": 0,
                    "schedule": {"entry": "main", "computations": {"main": items, "body": [
                        ["start", 2 * 10**9, 0], ["kernels", [[1, {}, 10**9]]], ["done", 0]]}}}
         return roofline.step_seconds(figures, {"f32": 10**14}, 10**12, 10**12)["overlapped_seconds"]

@@ -194,18 +194,18 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
 
     entries = store.load(store_dir) if store_dir.is_dir() else {}
     installed = _installed_compilers(entries.values())
-    stale = [entry for entry in entries.values() if entry["compiler"] != installed[entry["target"]]]
-    outdated = [entry for entry in entries.values() if entry["compiler"] == installed[entry["target"]]
-                and store.outdated(entry, target(entry["target"]).platform)]
     replaced = log.all_replaced()
-    outdated = [entry for entry in outdated if entry["key"] not in replaced]
-    stale = [entry for entry in stale if entry["key"] not in replaced] + outdated
+    waiting = [entry for entry in entries.values() if entry["key"] not in replaced]
+    other = [entry for entry in waiting if entry["compiler"] != installed[entry["target"]]]
+    outdated = [entry for entry in waiting if entry["compiler"] == installed[entry["target"]]
+                and store.outdated(entry, target(entry["target"]).platform)]
+    stale = other + outdated
     if not stale:
         return 0
     work, problems = _programs(store_dir, stale)
     compilers = sorted({installed[entry["target"]] for entry, _ in work})
     texts = {entry["key"]: text for entry, text in work}
-    print(f"figure store: {len(stale) - len(outdated)} entries were compiled by another compiler than the "
+    print(f"figure store: {len(other)} entries were compiled by another compiler than the "
           f"installed one ({'; '.join(compilers)}) and {len(outdated)} lack a figure the pages now read: "
           f"compiling {len(work)} of them again from their kept programs in "
           f"{min(_jobs(jobs), max(len(work), 1))} processes, before the pages run", flush=True)
