@@ -198,8 +198,8 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
     ``remat_guide._jax_internals.compile_as_kept``), so the figures are those of the text the
     figure store keys and keeps.
 
-    For a GPU (``platform="cuda"``), also its kernels' matmul FLOPs and bytes, which the
-    step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
+    For a GPU or a TPU (``platform="cuda"`` or ``"tpu"``), also its kernels' matmul FLOPs
+    and bytes, which the step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
     compiler refuses gives its error message instead; with ``log``, the lines XLA logged
     while compiling are kept too (they never reach stderr).
     """
@@ -226,8 +226,8 @@ def _figures_of(compile_: Callable[[], Any], log: bool, platform: str) -> dict[s
     figures["cost"] = None if cost is None else {k: float(v) for k, v in sorted(cost.items())}
     text = compiled.as_text()
     figures["instructions"] = instruction_counts(text)
-    if platform == "cuda":
-        figures["kernels"] = roofline.kernels(text)
+    if platform in ("cuda", "tpu"):
+        figures["kernels"] = roofline.kernels(text, platform)
     return figures
 
 

@@ -493,8 +493,12 @@ def _on_target(lowered: Any, chosen: Target) -> tuple[dict[str, Any] | None, str
 
 
 def _step_seconds(compiled: dict[str, Any], chosen: Target) -> float | None:
-    """The estimated step time of a program compiled for ``chosen``; ``None`` for a target without an estimate."""
-    return None if chosen.hardware is None else estimate_step(compiled["kernels"], chosen).seconds
+    """The estimated step time of a program compiled for ``chosen``; ``None`` where the target's host link,
+    which the program uses, has no published rate (TPU chips)."""
+    kernels = compiled["kernels"]
+    if chosen.hardware.host_bandwidth is None and (kernels["host_out"] or kernels["host_in"]):
+        return None
+    return estimate_step(kernels, chosen).seconds
 
 
 def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool, float | None]:

@@ -1,4 +1,4 @@
-"""The kernels of a compiled XLA GPU program, read from its text: matmul FLOPs, memory and host bytes."""
+"""The kernels of a compiled XLA GPU or TPU program, read from its text: matmul FLOPs, memory and host bytes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["kernels", "step_seconds"]
+__all__ = ["kernels", "matmul_flops_once", "step_seconds"]
 
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
           "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
           "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "c64": 8,
           "s64": 8, "u64": 8, "f64": 8, "c128": 16, "token": 0}
 _ARRAY = re.compile(r"(\w+)\[([\d,]*)\](?:\{([^}]*)\})?")
+_SPACE = re.compile(r"S\((\d+)\)")
+_TILE = re.compile(r"T\(([\d,]+)\)")
 _HEADER = re.compile(r"^(?:ENTRY )?%([\w.\-]+) ")
 _NAME = re.compile(r"%([\w.\-]+)")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
@@ -36,10 +38,15 @@ class _Array:
     dtype: str
     dims: tuple[int, ...]
     host: bool
+    on_chip: bool = False
+    stored: int = 0
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.dims) * _BYTES.get(self.dtype, 4)
+        """The bytes it takes in device or host memory: none in a TPU core's own memories (VMEM, SMEM)."""
+        if self.on_chip:
+            return 0
+        return self.stored or math.prod(self.dims) * _BYTES.get(self.dtype, 4)
 
 
 @dataclasses.dataclass
@@ -49,6 +56,7 @@ class _Instruction:
     opcode: str
     operands: list[str]
     attributes: str
+    literal: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -73,12 +81,44 @@ def _closing(text: str, start: int) -> int:
     return len(text)
 
 
-def _arrays(shape: str) -> list[_Array]:
-    return [_Array(dtype, tuple(int(d) for d in dims.split(",") if d), _HOST_SPACE in (layout or ""))
-            for dtype, dims, layout in _ARRAY.findall(shape) if dtype in _BYTES]
+def _tiled_bytes(dtype: str, dims: tuple[int, ...], layout: str) -> int:
+    """The bytes of a TPU array in its tiled layout: its minor dimensions padded to whole tiles.
+
+    ``{1,0:T(8,128)(2,1)}`` lists the dimensions minor to major, then the tile of the
+    most minor ones (8 x 128 elements; a second tile, such as bfloat16's ``(2,1)``, splits
+    the first and pads nothing more).
+    """
+    size = _BYTES.get(dtype, 4)
+    order, _, tiling = layout.partition(":")
+    tile = _TILE.search(tiling)
+    minor_to_major = [int(d) for d in order.split(",") if d.strip().isdigit()]
+    if tile is None or sorted(minor_to_major) != list(range(len(dims))):
+        return math.prod(dims) * size
+    physical = [dims[d] for d in reversed(minor_to_major)]
+    sizes = [int(t) for t in tile.group(1).split(",")]
+    for position, step in zip(range(len(physical) - 1, -1, -1), reversed(sizes)):
+        physical[position] = -(-physical[position] // step) * step
+    return math.prod(physical) * size
 
 
-def _instruction(line: str) -> _Instruction | None:
+def _arrays(shape: str, tpu: bool = False) -> list[_Array]:
+    """The arrays of a shape. On a TPU, an array in a memory space other than HBM and the host's is on the chip."""
+    arrays = []
+    for dtype, dims, layout in _ARRAY.findall(shape):
+        if dtype not in _BYTES:
+            continue
+        sizes = tuple(int(d) for d in dims.split(",") if d)
+        space = _SPACE.search(layout or "")
+        host = _HOST_SPACE in (layout or "")
+        if not tpu:
+            arrays.append(_Array(dtype, sizes, host))
+            continue
+        arrays.append(_Array(dtype, sizes, host, on_chip=space is not None and not host,
+                             stored=_tiled_bytes(dtype, sizes, layout or "")))
+    return arrays
+
+
+def _instruction(line: str, tpu: bool = False) -> _Instruction | None:
     body = line.strip()
     if body.startswith("ROOT "):
         body = body[5:]
@@ -92,10 +132,11 @@ def _instruction(line: str) -> _Instruction | None:
         return None
     opcode = rest[:paren]
     close = _closing(rest, paren)
-    return _Instruction(name, _arrays(shape), opcode, _NAME.findall(rest[paren:close]), rest[close:])
+    literal = rest[paren + 1:close - 1] if opcode in ("constant", "parameter") else ""
+    return _Instruction(name, _arrays(shape, tpu), opcode, _NAME.findall(rest[paren:close]), rest[close:], literal)
 
 
-def _computations(text: str) -> tuple[dict[str, list[_Instruction]], str]:
+def _computations(text: str, tpu: bool = False) -> tuple[dict[str, list[_Instruction]], str]:
     computations: dict[str, list[_Instruction]] = {}
     entry, current = "", None
     for line in text.splitlines():
@@ -105,10 +146,10 @@ def _computations(text: str) -> tuple[dict[str, list[_Instruction]], str]:
                 current = computations.setdefault(match.group(1), [])
                 if line.startswith("ENTRY"):
                     entry = match.group(1)
-        elif line.startswith("}"):
+        elif line.rstrip() == "}":  # an instruction's attributes may run on to lines of their own
             current = None
         else:
-            parsed = _instruction(line)
+            parsed = _instruction(line, tpu)
             if parsed is not None:
                 current.append(parsed)
     return computations, entry
@@ -130,6 +171,71 @@ def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[s
     return {kind: 2 * math.prod(dot.arrays[0].dims) * contracted}
 
 
+def _taps(out: int, window: int, stride: int, low: int, size: int, dilation: int, window_dilation: int) -> int:
+    """How many (output position, window tap) pairs of one spatial dimension land on an input element.
+
+    Padding and the holes that ``lhs_dilate`` puts between input elements contribute nothing,
+    as XLA's own cost analysis counts them.
+    """
+    last = (size - 1) * dilation
+    count = 0
+    for tap in range(window):
+        offset = tap * window_dilation - low
+        first = max(0, -(offset // stride))  # the least p with p * stride + offset >= 0
+        final = min(out - 1, (last - offset) // stride) if last >= offset else -1
+        if final < first:
+            continue
+        if dilation == 1:
+            count += final - first + 1
+        else:
+            count += sum(1 for p in range(first, final + 1) if (p * stride + offset) % dilation == 0)
+    return count
+
+
+def _window(attributes: str) -> dict[str, list[int]]:
+    """A convolution's window attributes, each a list over its spatial dimensions."""
+    match = re.search(r"window=\{([^}]*)\}", attributes)
+    fields: dict[str, list[int]] = {}
+    for part in (match.group(1).split() if match else []):
+        key, _, value = part.partition("=")
+        if key == "pad":
+            fields["pad"] = [int(pair.split("_")[0]) for pair in value.split("x")]
+        elif key != "rhs_reversal":
+            fields[key] = [int(v) for v in value.split("x")]
+    return fields
+
+
+def _conv_flops(conv: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
+    """A convolution's FLOPs, 2 per multiply-add: how XLA's TPU compiler writes a ``dot_general``.
+
+    Every output element multiplies the kernel's input features by the window taps that land
+    on the input; batch dimensions that the compiler turned into windows count only the taps
+    that hit data.
+    """
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", conv.attributes)
+    lhs = by_name.get(conv.operands[0]) if conv.operands else None
+    rhs = by_name.get(conv.operands[1]) if len(conv.operands) > 1 else None
+    if labels is None or lhs is None or rhs is None or not lhs.arrays or not rhs.arrays or not conv.arrays:
+        return {}
+    lhs_labels, rhs_labels, out_labels = labels.groups()
+    lhs_dims, rhs_dims, out_dims = lhs.arrays[0].dims, rhs.arrays[0].dims, conv.arrays[0].dims
+    if len(lhs_labels) != len(lhs_dims) or len(rhs_labels) != len(rhs_dims) or len(out_labels) != len(out_dims):
+        return {}
+    window = _window(conv.attributes)
+    spatial = sorted(label for label in out_labels if label.isdigit())
+    pairs = 1
+    for index, label in enumerate(spatial):
+        def field(key: str, default: int) -> int:
+            return window.get(key, [default] * len(spatial))[index]
+        pairs *= _taps(out_dims[out_labels.index(label)], rhs_dims[rhs_labels.index(label)], field("stride", 1),
+                       field("pad", 0), lhs_dims[lhs_labels.index(label)], field("lhs_dilate", 1),
+                       field("rhs_dilate", 1))
+    per_position = out_dims[out_labels.index("b")] * out_dims[out_labels.index("f")]
+    operand = lhs.arrays[0]
+    kind = _MATMUL_KINDS.get("f8" if operand.dtype.startswith("f8") else operand.dtype, "f32")
+    return {kind: 2 * per_position * rhs_dims[rhs_labels.index("i")] * pairs}
+
+
 # Pallas's Triton flash attention (jax.experimental.pallas.ops.gpu.attention): the matrix
 # products of size (seq x seq x head_dim) each of its kernels computes per head, the forward
 # q k^T and p v, the backward seven (four for dk and dv, three more for dq). It reaches XLA as a
@@ -138,8 +244,37 @@ _ATTENTION_PRODUCTS = {"mha_forward": 2, "mha_backward": 7}
 _KERNEL_NAME = re.compile(r'name = "(\w+)"')
 
 
+# Pallas's splash attention (jax.experimental.pallas.ops.tpu.splash_attention), as XLA's TPU
+# compiler keeps it: a tpu_custom_call without the kernel's name, whose operands are two block
+# masks, then the query (batch, heads, seq, head_dim), the keys and the values (batch, kv_heads,
+# seq, head_dim). The forward kernel computes q k^T and p v; the backward's dq kernel three
+# products, its dk-and-dv kernel four, and only the backward kernels take the output's gradient
+# too (more operands). Each is counted causal, half of them done.
+_SPLASH_FORWARD_OPERANDS = 6
+
+
+def _splash_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
+    """The FLOPs of one of Pallas's splash attention kernels on a TPU, from its query and keys."""
+    arrays = [by_name[o].arrays[0] if o in by_name and by_name[o].arrays else None for o in call.operands]
+    if len(arrays) < _SPLASH_FORWARD_OPERANDS or any(a is None or len(a.dims) != 4 for a in arrays[2:5]):
+        return {}
+    query, keys = arrays[2], arrays[3]
+    batch, heads, seq, dim = query.dims
+    if keys.dims[0] != batch or keys.dims[3] != dim or arrays[4].dims != keys.dims:
+        return {}
+    if len(arrays) == _SPLASH_FORWARD_OPERANDS:
+        products = 2
+    else:
+        products = 4 if len(call.arrays) == 2 and all(a.dims == keys.dims for a in call.arrays) else 3
+    kind = _MATMUL_KINDS.get(query.dtype, "f32")
+    return {kind: products * 2 * batch * heads * seq * keys.dims[2] * dim // 2}
+
+
 def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
-    """The FLOPs of one of Pallas's Triton attention kernels, from its query ``(batch, seq, heads, head_dim)``."""
+    """The FLOPs of one of Pallas's attention kernels: Triton's, from its query ``(batch, seq, heads,
+    head_dim)``, or splash's on a TPU."""
+    if 'custom_call_target="tpu_custom_call"' in call.attributes:
+        return _splash_flops(call, by_name)
     named = _KERNEL_NAME.search(call.attributes)
     products = _ATTENTION_PRODUCTS.get(named.group(1)) if named else None
     query = by_name.get(call.operands[0]) if call.operands else None
@@ -159,13 +294,16 @@ def _merged(found: Mapping[tuple[tuple[tuple[str, int], ...], int], int]) -> lis
 class _Program:
     """One compiled program's computations, walked from its entry."""
 
-    def __init__(self, text: str) -> None:
-        self.computations, self.entry = _computations(text)
+    def __init__(self, text: str, tpu: bool = False) -> None:
+        self.computations, self.entry = _computations(text, tpu)
         self.by_name = {name: {i.name: i for i in body} for name, body in self.computations.items()}
         self.found: collections.Counter = collections.Counter()
         self.host_out = 0
         self.host_in = 0
         self.schedules: dict[str, list[list[Any]] | None] = {}
+        self.uses: dict[str, dict[str, list[tuple[_Instruction, int]]]] = {}
+        self.tpu = tpu
+        self.once = False
 
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
@@ -174,6 +312,8 @@ class _Program:
         for instruction in self.computations.get(computation, []):
             if instruction.opcode == "dot":
                 flops.update(_dot_flops(instruction, by_name))
+            elif instruction.opcode == "convolution":
+                flops.update(_conv_flops(instruction, by_name))
             for called in _CALLS.findall(instruction.attributes):
                 if called not in seen:
                     flops.update(self.matmul_flops(called, seen | {computation}))
@@ -189,14 +329,13 @@ class _Program:
         if not body:
             return instruction.nbytes, 0, 0
         by_name = self.by_name[computation]
-        users: dict[str, list[tuple[_Instruction, int]]] = collections.defaultdict(list)
-        for inner in body:
-            for position, operand in enumerate(inner.operands):
-                users[operand].append((inner, position))
+        users = self.users(computation)
         device, host_out, host_in = 0, 0, 0
         for parameter in (i for i in body if i.opcode == "parameter"):
             uses = users.get(parameter.name, [])
-            if uses and all(user.opcode in _SLICES and position == 0 for user, position in uses):
+            if self.tpu:
+                read = self.read_bytes(computation, parameter.name, parameter.nbytes)
+            elif uses and all(user.opcode in _SLICES and position == 0 for user, position in uses):
                 read = sum(user.nbytes for user, _ in uses)
             elif uses and all(user.opcode == "dynamic-update-slice" and position == 0 for user, position in uses):
                 read = 0
@@ -218,6 +357,42 @@ class _Program:
             else:
                 device += written
         return device, host_out, host_in
+
+    def users(self, computation: str) -> dict[str, list[tuple[_Instruction, int]]]:
+        """Each value of a computation with the instructions that use it and at which operand position."""
+        if computation not in self.uses:
+            found: dict[str, list[tuple[_Instruction, int]]] = collections.defaultdict(list)
+            for inner in self.computations.get(computation, []):
+                for position, operand in enumerate(inner.operands):
+                    found[operand].append((inner, position))
+            self.uses[computation] = found
+        return self.uses[computation]
+
+    def read_bytes(self, computation: str, name: str, whole: int) -> int:
+        """What a TPU fusion reads of a value of ``whole`` bytes: its slices where it is only sliced.
+
+        A TPU fusion nests fusions and bitcasts its parameters; the value is followed into
+        them. The buffer that a dynamic-update-slice updates in place is not read.
+        """
+        uses = self.users(computation).get(name, [])
+        if not uses:
+            return whole
+        read = 0
+        for user, position in uses:
+            called = _CALLS.findall(user.attributes)
+            if user.opcode in _SLICES and position == 0:
+                read += user.nbytes
+            elif user.opcode == "dynamic-update-slice" and position == 0:
+                continue
+            elif user.opcode == "bitcast":
+                read += self.read_bytes(computation, user.name, whole)
+            elif user.opcode == "fusion" and called:
+                inner = [i for i in self.computations.get(called[0], [])
+                         if i.opcode == "parameter" and i.literal == str(position)]
+                read += self.read_bytes(called[0], inner[0].name, whole) if inner else whole
+            else:
+                return whole
+        return min(read, whole)
 
     def plain_bytes(self, instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
         """HBM, host-out and host-in bytes of an instruction that is its own kernel."""
@@ -248,25 +423,88 @@ class _Program:
         Loops, calls and conditionals are ``None`` too: their computations hold the kernels.
         """
         opcode = instruction.opcode
-        if opcode in _FREE or opcode in ("while", "call", "conditional") or (
+        if opcode in _FREE or (self.tpu and opcode.endswith("-done")) or opcode in ("while", "call", "conditional") or (
                 opcode == "custom-call" and "AllocateBuffer" in instruction.attributes):
             return None
         by_name = self.by_name.get(computation, {})
+        if opcode in ("dynamic-slice-start", "dynamic-update-slice-start"):
+            return ({}, *self.slice_bytes(instruction, by_name))
         called = _CALLS.findall(instruction.attributes)
         if called and opcode in ("fusion", "fusion-start", "async-start"):
             return (self.matmul_flops(called[0]), *self.fused_bytes(instruction, called[0]))
         if opcode == "copy-start" and instruction.arrays:
             return ({}, *self.copy_bytes(instruction, by_name))
         flops = (_dot_flops(instruction, by_name) if opcode == "dot" else
-                 _attention_flops(instruction, by_name) if opcode == "custom-call" else {})
+                 _conv_flops(instruction, by_name) if opcode == "convolution" else
+                 _attention_flops(instruction, by_name) if opcode == "custom-call" and not self.once else {})
         return (flops, *self.plain_bytes(instruction, by_name))
 
-    def called(self, instruction: _Instruction, seen: frozenset) -> list[tuple[str, int]]:
+    def constant(self, name: str, computation: str) -> int | None:
+        """The integer an instruction holds, through copies; ``None`` if it is not a constant."""
+        by_name = self.by_name.get(computation, {})
+        instruction = by_name.get(name)
+        while instruction is not None and instruction.opcode == "copy" and instruction.operands:
+            instruction = by_name.get(instruction.operands[0])
+        if instruction is None or instruction.opcode != "constant":
+            return None
+        try:
+            return int(instruction.literal)
+        except ValueError:
+            return None
+
+    def trips(self, loop: _Instruction, computation: str) -> int:
+        """How many times a loop runs its body: XLA's ``known_trip_count``, else read from its condition.
+
+        A TPU program's loops carry no trip count; their condition compares a counter in the
+        loop's state with a constant, and the counter starts at a constant the loop is given.
+        """
+        if self.once:
+            return 1
+        known = _TRIPS.search(loop.attributes)
+        if known:
+            return int(known.group(1))
+        condition = re.search(r"condition=%([\w.\-]+)", loop.attributes)
+        body = self.computations.get(condition.group(1), []) if condition else []
+        by_name = self.by_name.get(condition.group(1), {}) if condition else {}
+        root = body[-1] if body else None
+        direction = re.search(r"direction=(\w+)", root.attributes) if root and root.opcode == "compare" else None
+        if root is None or direction is None or len(root.operands) != 2:
+            return 1
+        left, right = (by_name.get(name) for name in root.operands)
+        flipped = {"GT": "LT", "GE": "LE"}
+        kind = direction.group(1)
+        if left is not None and left.opcode == "constant":
+            left, right, kind = right, left, flipped.get(kind, "")
+        if left is None or right is None or left.opcode != "get-tuple-element" or kind not in ("LT", "LE"):
+            return 1
+        bound = self.constant(right.name, condition.group(1))
+        index = re.search(r"index=(\d+)", left.attributes)
+        state = self.by_name.get(computation, {}).get(loop.operands[0]) if loop.operands else None
+        start = 0
+        if state is not None and state.opcode == "tuple" and index and int(index.group(1)) < len(state.operands):
+            start = self.constant(state.operands[int(index.group(1))], computation) or 0
+        if bound is None or index is None:
+            return 1
+        step = self.step(_CALLS.findall(loop.attributes)[0], int(index.group(1)))
+        return max(1, -(-(bound - start + (kind == "LE")) // step))
+
+    def step(self, body: str, index: int) -> int:
+        """How much a loop's body adds to the counter at ``index`` of its state: 1 unless it adds a constant."""
+        instructions = self.computations.get(body, [])
+        by_name = self.by_name.get(body, {})
+        root = instructions[-1] if instructions else None
+        update = by_name.get(root.operands[index]) if root and root.opcode == "tuple" and index < len(
+            root.operands) else None
+        if update is None or update.opcode != "add":
+            return 1
+        steps = [self.constant(name, body) for name in update.operands]
+        return next((value for value in steps if value is not None and value > 0), 1)
+
+    def called(self, instruction: _Instruction, seen: frozenset, computation: str = "") -> list[tuple[str, int]]:
         """The computations a loop, call or conditional runs, each with how many times it runs them."""
         if instruction.opcode == "while":  # _CALLS finds its body, not its condition
             body = _CALLS.findall(instruction.attributes)
-            trips = _TRIPS.search(instruction.attributes)
-            return [(body[0], int(trips.group(1)) if trips else 1)] if body and body[0] not in seen else []
+            return ([(body[0], self.trips(instruction, computation))] if body and body[0] not in seen else [])
         if instruction.opcode in ("call", "conditional"):
             names = _CALLS.findall(instruction.attributes) or re.findall(r"%([\w.\-]+)", instruction.attributes)
             return [(name, 1) for name in names if name in self.computations and name not in seen]
@@ -277,7 +515,7 @@ class _Program:
         """Counts the kernels of ``computation`` run ``times`` times, in ``into`` (``self.found`` by default)."""
         found = self.found if into is None else into
         for instruction in self.computations.get(computation, []):
-            for name, trips in self.called(instruction, seen):
+            for name, trips in self.called(instruction, seen, computation):
                 self.walk(name, times * trips, seen | {computation}, found)
             cost = self.cost(instruction, computation)
             if cost is None:
@@ -310,7 +548,7 @@ class _Program:
                 flush()
                 items.append(["done", starts[instruction.operands[0]]])
                 continue
-            for name, trips in self.called(instruction, seen):
+            for name, trips in self.called(instruction, seen, computation):
                 inner = self.schedule(name, seen | {computation})
                 if inner is None:  # no host traffic inside: its kernels join the current run
                     self.walk(name, trips, seen | {computation}, run)
@@ -337,6 +575,25 @@ class _Program:
         return self.schedules[computation]
 
     @staticmethod
+    def slice_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
+        """An asynchronous slice of a buffer, or update of one (how a TPU program moves bytes to and from the host).
+
+        Only the slice moves: out of the buffer into device memory, or from device memory
+        into the buffer; it crosses the host link when the buffer is in host memory.
+        """
+        buffer = by_name.get(instruction.operands[0]) if instruction.operands else None
+        if instruction.opcode == "dynamic-update-slice-start":
+            update = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
+            size = update.nbytes if update is not None else 0
+        else:
+            sizes = _dims(instruction.attributes, "dynamic_slice_sizes")
+            pieces = [a for a in instruction.arrays if a.dims == sizes and not a.host]
+            size = pieces[0].nbytes if pieces else 0
+        if buffer is not None and buffer.on_host:
+            return (size, size, 0) if instruction.opcode == "dynamic-update-slice-start" else (size, 0, size)
+        return 2 * size, 0, 0
+
+    @staticmethod
     def copy_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
         """An asynchronous copy between memory spaces: its source and destination arrays."""
         source = by_name.get(instruction.operands[0]) if instruction.operands else None
@@ -350,7 +607,7 @@ class _Program:
         return 2 * size, 0, 0
 
 
-def kernels(text: str) -> dict[str, Any]:
+def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     """The kernels of a compiled program's text (``compiled.as_text()``), for :func:`step_seconds`.
 
     Every instruction that launches work is one kernel: a fusion, or an instruction left
@@ -377,7 +634,7 @@ def kernels(text: str) -> dict[str, Any]:
         "host_in": bytes}``, kernels with the same figures merged, in a stable order;
         with host traffic, also ``"schedule": {"entry": name, "computations": {name: items}}``.
     """
-    program = _Program(text)
+    program = _Program(text, tpu=platform == "tpu")
     program.walk(program.entry, 1)
     figures: dict[str, Any] = {"kernels": _merged(program.found), "host_out": program.host_out,
                                "host_in": program.host_in}
@@ -386,6 +643,15 @@ def kernels(text: str) -> dict[str, Any]:
         figures["schedule"] = {"entry": program.entry, "computations": {
             name: items for name, items in sorted(program.schedules.items()) if items is not None}}
     return figures
+
+
+def matmul_flops_once(text: str, platform: str = "cuda") -> int:
+    """The matmul FLOPs of a compiled program as XLA's ``cost_analysis()`` counts them: each loop body once,
+    custom calls (Pallas kernels) left out. A check of :func:`kernels` against XLA's own count."""
+    program = _Program(text, tpu=platform == "tpu")
+    program.once = True
+    program.walk(program.entry, 1)
+    return sum(count * sum(dict(flops).values()) for (flops, _), count in program.found.items())
 
 
 def _kernel_seconds(flops: Mapping[str, int], device: int, flops_per_second: Mapping[str, float],

@@ -78,10 +78,11 @@ def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
 def outdated(entry: dict[str, Any], platform: str) -> bool:
     """Whether an entry was kept before the store held all that is read of it, so that it is compiled again.
 
-    A GPU program (``platform="cuda"``) needs its kernels, and when it moves bytes to or
-    from the host, their schedule (``remat_guide._roofline.kernels``); a refusal needs neither.
+    A GPU or TPU program (``platform="cuda"`` or ``"tpu"``) needs its kernels, and when it
+    moves bytes to or from the host, their schedule (``remat_guide._roofline.kernels``); a
+    refusal needs neither.
     """
-    if platform != "cuda" or "error" in entry:
+    if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
     return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels)

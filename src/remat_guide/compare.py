@@ -625,7 +625,9 @@ def recommend_policy(
             f"{smallest.device_bytes} bytes, with {smallest.name}"
             + (f"; XLA's TPU compiler refused {refused} of the {len(candidates)} programs" if refused else "")
         )
-    if all(row.step_seconds is not None for row in fitting):
+    timed = all(row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
+                for row in fitting)
+    if timed:
         return min(fitting, key=lambda row: (row.step_seconds, row.device_bytes))
     return min(fitting, key=lambda row: (row.flops, row.device_bytes))
 

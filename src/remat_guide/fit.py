@@ -478,14 +478,15 @@ def recommend_batch(step_for: Callable[[Any], Callable[..., Any]], args_for: Cal
         tokens = batch * tokens_per_example / seconds if batch and seconds else None
         rows.append(PolicyBatch(name, policy, batch, need, seconds if batch else None, tokens, fit))
     fitting = [row for row in rows if row.batch]
-    if chosen.hardware is not None:
-        pick = max(fitting, key=lambda row: row.tokens_per_second, default=None)
+    unranked = "the step-time estimate is shown but not ranked on: no run on this target has checked it"
+    if chosen.ranks_by_time:
+        pick = max(fitting, key=lambda row: row.tokens_per_second or 0.0, default=None)
         basis = ("the least estimated step time at the global batch" if global_batch else
                  "the most tokens per second by estimate, each policy at its largest batch")
     elif global_batch is None:
         pick = max(fitting, key=lambda row: row.batch, default=None)
-        basis = "the largest batch (no step time is estimated for this target)"
+        basis = f"the largest batch ({unranked})"
     else:
         pick = min(fitting, key=lambda row: row.device_bytes, default=None)
-        basis = "the least memory at the global batch (no step time is estimated for this target)"
+        basis = f"the least memory at the global batch ({unranked})"
     return BatchPlan(tuple(rows), pick, basis, global_batch)

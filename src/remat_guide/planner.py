@@ -25,6 +25,7 @@ from remat_guide._measure import (
     trace_policy,
 )
 from remat_guide.compare import PolicyRow, memory_figure, row_of
+from remat_guide.targets import target
 
 __all__ = ["KEEP", "OFFLOAD", "RECOMPUTE", "NamePlan", "cost", "pick", "plan_label", "plan_names", "plan_policy"]
 
@@ -40,8 +41,12 @@ _FIGURES = ("flops", "device_bytes", "host_bytes")
 
 
 def cost(row: PolicyRow) -> float:
-    """What the planner minimises for a row: its estimated step time on a GPU target, else its FLOPs."""
-    return row.flops if row.step_seconds is None else row.step_seconds
+    """What the planner minimises for a row: its estimated step time on a GPU target, else its FLOPs.
+
+    A TPU row's estimated time is not ranked on (see :attr:`remat_guide.targets.Target.ranks_by_time`).
+    """
+    timed = row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
+    return row.step_seconds if timed else row.flops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,7 +412,7 @@ class _Search:
         self.answers = answers
         self.singles: list[Plan] = [plan for plan in self.plans if sum(a != RECOMPUTE for a in plan) == 1]
         self.compiled = 0
-        timed = inputs.target is not None and inputs.target.hardware is not None
+        timed = inputs.target is not None and inputs.target.ranks_by_time
         self.figures = (("step_seconds",) if timed else ("flops",)) + _FIGURES[1:]
 
     def label(self, plan: Plan) -> str:

@@ -33,27 +33,31 @@ _GPU_EXTRA = ("pip install '.[gpu]' in a clone of remat-guide (or: pip install j
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-    """A GPU's published rates, which the step-time estimate divides by (see :func:`estimate_step`).
+    """An accelerator's published rates, which the step-time estimate divides by (see :func:`estimate_step`).
 
     Attributes:
-        matmul_flops: Dense tensor-core FLOP/s (no sparsity) by the operands' dtype:
-            ``"bf16"`` (also float16), ``"f32"`` (TF32: XLA's default precision runs
-            float32 matmuls on tensor cores as TF32), ``"f8"``, ``"int8"``, ``"f64"``.
+        matmul_flops: Dense matrix-unit FLOP/s (no sparsity) by the operands' dtype:
+            ``"bf16"`` (also float16), ``"f32"``, ``"f8"``, ``"int8"``, ``"f64"``. On a
+            GPU, ``"f32"`` is TF32 (XLA's default precision runs float32 matmuls on
+            tensor cores as TF32); on a TPU it is the bfloat16 rate (the default
+            precision multiplies float32 operands in one bfloat16 pass), and a dtype
+            the chip has no rate for runs at it too.
         memory_bandwidth: Device memory (HBM) bytes per second.
         host_bandwidth: Bytes per second each way between device and host memory: the
-            PCIe link, or NVLink-C2C on a Grace-Blackwell superchip.
+            PCIe link, or NVLink-C2C on a Grace-Blackwell superchip; ``None`` where the
+            maker publishes none (TPU chips).
         source: Where the figures come from.
     """
 
     matmul_flops: dict[str, float]
     memory_bandwidth: float
-    host_bandwidth: float
+    host_bandwidth: float | None
     source: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-    """A program's estimated step time on a GPU (see :func:`estimate_step`), and the parts it adds up.
+    """A program's estimated step time on an accelerator (see :func:`estimate_step`), and the parts it adds up.
 
     Attributes:
         seconds: The estimate: ``kernel_seconds + transfer_seconds``, every host transfer
@@ -78,12 +82,13 @@ class Estimate:
 
 
 EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
-"""The share of each published rate that :func:`estimate_step` assumes a program gets, the same on every GPU.
+"""The share of each published rate that :func:`estimate_step` assumes a program gets, the same on every target.
 
 Matmul kernels reach about 70% of the dense tensor-core peak on large shapes; streaming
 kernels about 90% of the HBM bandwidth; and ``jax.device_put`` between an H200's memory
 and pinned host memory moved 52.8 GB/s of PCIe Gen5's 64 GB/s each way (measured on
-2026-11-27, see ``docs/_hardware/``): 82.5%.
+2026-11-27, see ``docs/_hardware/``): 82.5%. A TPU target gets the same shares of its
+own rates: GPU figures, which no TPU run has checked.
 """
 
 
@@ -97,8 +102,8 @@ class Target:
         device_kind: The device's own name, as ``device.device_kind`` reports it.
         topology: For a TPU, the generation as ``get_topology_desc`` names it (``"v5e"``);
             for a GPU, the ``device_description_str`` of its XLA target description.
-        hardware: For a GPU, its published rates (see :class:`Hardware`); ``None`` for a
-            TPU, whose step time the package does not estimate (see :func:`estimate_step`).
+        hardware: Its published rates (see :class:`Hardware`), which :func:`estimate_step`
+            divides by.
         memory_bytes: The memory of one device (HBM), as its maker publishes it, in
             binary units (an H100's "80 GB" as 80 GiB). What a program may use is less:
             the CUDA context and the allocator's own share on a GPU, and by default JAX
@@ -114,6 +119,15 @@ class Target:
     memory_bytes: int = 0
 
     @property
+    def ranks_by_time(self) -> bool:
+        """Whether the package's picks rank on :func:`estimate_step` for this target.
+
+        On a GPU they do: the guide measured the estimate's error on an H200. On a TPU
+        chip the estimate is shown but not ranked on: no TPU run has checked it.
+        """
+        return self.platform == "cuda"
+
+    @property
     def compiler(self) -> str:
         """Which XLA compiler produces this target's figures, with the package that ships it."""
         if self.platform == "tpu":
@@ -125,8 +139,11 @@ class Target:
         return target_devices(self.name, count)
 
 
-def _tpu(name: str, generation: str, kind: str, gib: int) -> Target:
-    return Target(name, "tpu", kind, generation, memory_bytes=gib * 2**30)
+def _tpu(name: str, generation: str, kind: str, gib: int, bf16: float, int8: float, memory: float,
+         source: str) -> Target:
+    """A TPU target, one chip per device; memory in GiB, rates in TFLOP/s (TOP/s) and GB/s, as Google prints them."""
+    flops = {"bf16": bf16 * 1e12, "f32": bf16 * 1e12, "int8": int8 * 1e12}
+    return Target(name, "tpu", kind, generation, Hardware(flops, memory * 1e9, None, source), gib * 2**30)
 
 
 def _gpu(name: str, description: str, gib: int, bf16: float, tf32: float, f8: float, f64: float,
@@ -140,9 +157,10 @@ def _gpu(name: str, description: str, gib: int, bf16: float, tf32: float, f8: fl
 _PCIE4, _PCIE5, _PCIE6, _C2C = 32, 64, 128, 450  # GB/s each way: PCIe x16 generations, NVLink-C2C
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    _tpu("tpu-v5e", "v5e", "TPU v5 lite", 16),
-    _tpu("tpu-v5p", "v5p", "TPU v5", 95),
-    _tpu("tpu-v6e", "v6e", "TPU v6 lite", 32),
+    _tpu("tpu-v5e", "v5e", "TPU v5 lite", 16, 197, 393, 819, "Google Cloud TPU v5e documentation, per chip"),
+    _tpu("tpu-v5p", "v5p", "TPU v5", 95, 459, 918, 2765,
+         "Google Cloud TPU v5p documentation, per chip (int8: Google's v5p announcement)"),
+    _tpu("tpu-v6e", "v6e", "TPU v6 lite", 32, 918, 1836, 1638, "Google Cloud TPU v6e documentation, per chip"),
     _gpu("a100", "NVIDIA A100-SXM4-80GB", 80, 312, 156, 624, 19.5, 2039, _PCIE4,
          "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); PCIe Gen4 x16"),
     _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 40, 312, 156, 624, 19.5, 1555, _PCIE4,
@@ -528,11 +546,11 @@ def device_bytes(memory: Any, name: str | Target | None = None) -> int:
 
 
 def estimate_step(program: Any, name: str | Target) -> Estimate:
-    """An estimate of one run's time on a GPU, from the program XLA compiled for it (a roofline).
+    """An estimate of one run's time on a GPU or a TPU chip, from the program XLA compiled for it (a roofline).
 
     Every kernel of the compiled program (a fusion, or an instruction left unfused; a loop
     body's kernels once per iteration) takes the longer of two times: its matrix
-    multiplications' FLOPs at the GPU's dense tensor-core rate for their dtype, and the
+    multiplications' FLOPs at the device's dense matrix-unit rate for their dtype, and the
     bytes it reads and writes at the HBM bandwidth. The kernels run one after another;
     then the bytes moved to and from host memory cross the host link, overlapped with
     nothing: ``seconds``. Each rate is the target's published figure (:class:`Hardware`)
@@ -545,25 +563,32 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     of the three larger models the guide timed, as a ratio to no checkpoint's time, came
     closer to ``seconds`` than to this (the guide's page on time on accelerators).
 
+    On a TPU the compiled program's loops carry no trip count; each is read from the
+    loop's condition. Arrays the compiler placed in the core's own memories (VMEM, SMEM)
+    cost no HBM bytes; the others count with their tiled layout's padding. Pallas's splash
+    attention kernels count the FLOPs of their matrix products from the query's shape, as
+    causal. The TPU estimate has not been checked against a TPU run: the guide compares it
+    with XLA's own cost analysis and with a published MaxText MFU.
+
     Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
     kernels slower than their roofline (small or oddly shaped matmuls, elementwise math),
-    launch gaps, autotuning's choice of kernels, collectives between devices. It is a
-    model, compared with an H200's measured step times on the guide's page on time on
+    launch gaps, autotuning's choice of kernels, collectives between devices (costed as
+    the device-memory bytes they read and write, not at the link's rate). It is a model,
+    compared with an H200's measured step times on the guide's page on time on
     accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
             (``compiled.as_text()``), or the kernels the figure store keeps for it.
-        name: A GPU target (see :data:`TARGETS`).
+        name: A target (see :data:`TARGETS`).
 
     Returns:
         The estimate and its parts, in seconds.
 
     Raises:
         TypeError: If ``program`` is none of those.
-        ValueError: If ``name`` is unknown or a TPU: XLA's TPU compiler reports its own
-            ``optimal_seconds``, which is negative for many training programs, and its
-            loops carry no trip count to multiply a body by.
+        ValueError: If ``name`` is unknown, or ``program`` moves bytes to or from host
+            memory on a target whose host link has no published rate (TPU chips).
 
     Examples:
         >>> import jax
@@ -576,21 +601,26 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         198
         >>> estimate.seconds == estimate.overlapped_seconds == estimate.kernel_seconds, estimate.transfer_seconds
         (True, 0.0)
+        >>> on_tpu = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "tpu-v5e")
+        >>> tpu = estimate_step(jax.jit(lambda w, x: x @ w).lower(*on_tpu).compile(), "tpu-v5e")
+        >>> round(tpu.compute_seconds * 1e6)  # at 70% of 197 TFLOP/s
+        997
     """
     chosen = target(name)
-    if chosen.hardware is None:
-        raise ValueError(f"name: {chosen.name} is a TPU; the package estimates step time on NVIDIA GPU targets "
-                         "only (the TPU compiler's optimal_seconds is negative for many training programs)")
     if isinstance(program, str):
-        figures = roofline.kernels(program)
+        figures = roofline.kernels(program, chosen.platform)
     elif isinstance(program, dict) and "kernels" in program:
         figures = program
     elif hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
-        figures = roofline.kernels(program.as_text())
+        figures = roofline.kernels(program.as_text(), chosen.platform)
     else:
         raise TypeError(f"program must be a compiled program, its text or its stored kernels, got "
                         f"{type(program).__name__}")
     hardware = chosen.hardware
+    host = hardware.host_bandwidth
+    if host is None and (figures["host_out"] or figures["host_in"]):
+        raise ValueError(f"program moves {int(figures['host_out']) + int(figures['host_in'])} bytes to or from host "
+                         f"memory, and {chosen.name} has no published host-link rate to time them at")
     return Estimate(**roofline.step_seconds(
         figures, {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
-        hardware.memory_bandwidth * EFFICIENCY["memory"], hardware.host_bandwidth * EFFICIENCY["host"]))
+        hardware.memory_bandwidth * EFFICIENCY["memory"], (host or 1.0) * EFFICIENCY["host"]))
