@@ -503,7 +503,7 @@ def _step_seconds(compiled: dict[str, Any], chosen: Target) -> float | None:
 
 def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool, float | None]:
     """What ``loss_for(policy)``'s program needs on ``inputs.target`` (``device_bytes``), whether it was refused,
-    and its estimated step time (``None`` on a target without an estimate, or when refused).
+    and its estimated step time (``None`` when refused, or where ``_step_seconds`` gives none).
 
     Only the target's program is compiled. A program XLA's TPU compiler refuses needs what
     its error message says; it never fits, whatever that figure.

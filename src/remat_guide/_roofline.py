@@ -304,6 +304,7 @@ class _Program:
         self.uses: dict[str, dict[str, list[tuple[_Instruction, int]]]] = {}
         self.tpu = tpu
         self.once = False
+        self.unknown: set[str] = set()  # loops whose trip count could not be read: counted once
 
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
@@ -469,6 +470,7 @@ class _Program:
         root = body[-1] if body else None
         direction = re.search(r"direction=(\w+)", root.attributes) if root and root.opcode == "compare" else None
         if root is None or direction is None or len(root.operands) != 2:
+            self.unknown.add(loop.name)
             return 1
         left, right = (by_name.get(name) for name in root.operands)
         flipped = {"GT": "LT", "GE": "LE"}
@@ -476,6 +478,7 @@ class _Program:
         if left is not None and left.opcode == "constant":
             left, right, kind = right, left, flipped.get(kind, "")
         if left is None or right is None or left.opcode != "get-tuple-element" or kind not in ("LT", "LE"):
+            self.unknown.add(loop.name)
             return 1
         bound = self.constant(right.name, condition.group(1))
         index = re.search(r"index=(\d+)", left.attributes)
@@ -484,6 +487,7 @@ class _Program:
         if state is not None and state.opcode == "tuple" and index and int(index.group(1)) < len(state.operands):
             start = self.constant(state.operands[int(index.group(1))], computation) or 0
         if bound is None or index is None:
+            self.unknown.add(loop.name)
             return 1
         step = self.step(_CALLS.findall(loop.attributes)[0], int(index.group(1)))
         return max(1, -(-(bound - start + (kind == "LE")) // step))
@@ -629,15 +633,27 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     reads or writes host memory itself) and ``["run", computation, times]`` (a loop or
     call of a computation that has host traffic of its own).
 
+    On a TPU (``platform="tpu"``): loops without a trip count get theirs from their
+    condition; arrays in the core's own memories (VMEM, SMEM) move no HBM bytes, the others
+    count with their tiled layout's padding; matmuls are also convolutions; Pallas's splash
+    kernels count their causal matrix products; asynchronous slices of a buffer in host
+    memory cross the host link. The figures also hold ``"matmul_flops_once"``
+    (:func:`matmul_flops_once`), to hold against XLA's own count, and
+    ``"loops_counted_once"``: the loops whose trip count could not be read.
+
     Returns:
         ``{"kernels": [[count, {dtype: flops}, device_bytes], ...], "host_out": bytes,
         "host_in": bytes}``, kernels with the same figures merged, in a stable order;
-        with host traffic, also ``"schedule": {"entry": name, "computations": {name: items}}``.
+        with host traffic, also ``"schedule": {"entry": name, "computations": {name: items}}``;
+        on a TPU, also ``"matmul_flops_once"`` and ``"loops_counted_once"``.
     """
     program = _Program(text, tpu=platform == "tpu")
     program.walk(program.entry, 1)
     figures: dict[str, Any] = {"kernels": _merged(program.found), "host_out": program.host_out,
                                "host_in": program.host_in}
+    if platform == "tpu":
+        figures["matmul_flops_once"] = matmul_flops_once(text, platform)
+        figures["loops_counted_once"] = len(program.unknown)
     if program.host_out or program.host_in:
         program.schedule(program.entry)
         figures["schedule"] = {"entry": program.entry, "computations": {

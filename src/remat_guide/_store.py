@@ -85,7 +85,8 @@ def outdated(entry: dict[str, Any], platform: str) -> bool:
     if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
-    return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels)
+    return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels) or (
+        platform == "tpu" and "matmul_flops_once" not in kernels)
 
 
 def identity_of(entry: dict[str, Any]) -> dict[str, Any]:

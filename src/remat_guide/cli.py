@@ -792,8 +792,11 @@ def _fit_text(answer: dict[str, Any]) -> str:
 def _compare_text(answer: dict[str, Any], rows: Any) -> str:
     lines = [str(rows), "", f"budget {_gib(answer['budget_bytes'])} per device on {answer['target']}: fits "
              + ", ".join(f"{row['policy']} {'yes' if row['fits'] else 'no'}" for row in answer["rows"])]
+    from remat_guide.targets import target
+
     pick = answer["pick"]
-    least = "the fewest FLOPs" if pick is None or pick["step_seconds"] is None else "the least estimated step time"
+    timed = pick is not None and pick["step_seconds"] is not None and target(answer["target"]).ranks_by_time
+    least = "the least estimated step time" if timed else "the fewest FLOPs"
     lines.append("No policy fits the budget." if pick is None else
                  f"Pick: {pick['policy']} ({least} of those that fit).")
     lines += [f"Figures: the plan of {answer['compiler']},", "compiled ahead of time: not a run."]
@@ -821,8 +824,8 @@ def _targets(as_json: bool) -> str:
               "–" if t["host_bandwidth"] is None else f"{t['host_bandwidth'] / 1e9:,.0f}"] for t in listed]
     lines = _columns(["target", "device", "GiB", "bf16 TFLOP/s", "HBM GB/s", "host GB/s"], table, left=2)
     lines += ["", "Rates: dense bf16 matmuls, device memory, host link each way, from the makers' datasheets; the",
-              "step-time estimate assumes 70%, 90% and 82.5% of them. TPUs: no time is estimated, the pick is the",
-              "largest batch."]
+              "step-time estimate assumes 70%, 90% and 82.5% of them. TPUs: the estimate is shown but not ranked",
+              "on (no TPU run has checked it); the pick is the largest batch. Google publishes no host-link rate."]
     return "\n".join(lines)
 
 

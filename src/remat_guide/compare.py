@@ -89,10 +89,11 @@ class PolicyRow:
         output_bytes: ``memory_analysis().output_size_in_bytes``.
         alias_bytes: ``memory_analysis().alias_size_in_bytes``: outputs that reuse an
             argument's buffer (donated arguments).
-        step_seconds: On a GPU target, the estimated time of one run of the program
+        step_seconds: On a target, the estimated time of one run of the program
             (:func:`remat_guide.targets.estimate_step`: a roofline of the compiled
-            program plus its host transfers); ``None`` on the CPU and on TPU targets,
-            where nothing is estimated.
+            program plus its host transfers); ``None`` on the CPU, and on a TPU target
+            for a program that moves bytes to or from host memory (no published
+            host-link rate). On a TPU it is shown, not ranked on.
         refused: The first line of XLA's TPU compiler's error when it refused to compile
             the program because it does not fit the chip's memory; then ``peak_bytes``
             (and ``device_bytes``) is the memory that message says the program needs
@@ -181,7 +182,7 @@ class Comparison(list[PolicyRow]):
     """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
 
     In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
-    FLOPs ratio to the baseline; on a GPU target also the estimated step time and its
+    FLOPs ratio to the baseline; on a target also the estimated step time and its
     ratio to the baseline's); ``str()`` gives the same table as plain text, and
     :meth:`to_pandas` the exact values.
 
@@ -202,7 +203,7 @@ class Comparison(list[PolicyRow]):
             A DataFrame with the columns ``policy``, ``residual_bytes``, ``temp_bytes``,
             ``flops``, ``reported_flops`` and ``flops_ratio``; when rows were compiled for
             a target, also ``target``, ``device_bytes`` (the figure that decides the fit),
-            ``peak_bytes`` and ``host_bytes``, and on a GPU target ``step_seconds``.
+            ``peak_bytes`` and ``host_bytes``, and where estimated ``step_seconds``.
 
         Examples:
             >>> from remat_guide import PolicyRow
@@ -231,8 +232,8 @@ class Comparison(list[PolicyRow]):
 
         Where XLA's own FLOP count differs from the true one (a loop's body counted once),
         the table's caption says why. On a target, the memory that decides the fit comes
-        first, then XLA's own peak and temporary memory; on a GPU target, the estimated
-        step time and its ratio to the baseline's close the row.
+        first, then XLA's own peak and temporary memory; where estimated, the step time
+        and its ratio to the baseline's close the row.
 
         The ratios' headers name the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
         loss_for(None)`` when the rows hold a baseline labelled so.
@@ -525,9 +526,9 @@ def recommend_policy(
     on this machine's CPU. A program XLA's TPU compiler refused never fits, whatever the
     figure its message gave (the compiler's usable HBM is below the chip's
     ``memory_bytes``). Of the rows that fit, on a GPU target the one with the least
-    estimated step time (``step_seconds``) is chosen; elsewhere, where no time is
-    estimated, the one with the fewest FLOPs, which says what is recomputed, not how
-    long a step takes. A tie goes to the one using less memory.
+    estimated step time (``step_seconds``) is chosen; elsewhere (on a TPU, where no run
+    has checked the estimate, and on the CPU) the one with the fewest FLOPs, which says
+    what is recomputed, not how long a step takes. A tie goes to the one using less memory.
 
     On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
     H200, arguments + outputs + temporary memory with autotuning were up to 10% above the
@@ -625,11 +626,14 @@ def recommend_policy(
             f"{smallest.device_bytes} bytes, with {smallest.name}"
             + (f"; XLA's TPU compiler refused {refused} of the {len(candidates)} programs" if refused else "")
         )
-    timed = all(row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
-                for row in fitting)
-    if timed:
+    if all(_ranked_by_time(row) for row in fitting):
         return min(fitting, key=lambda row: (row.step_seconds, row.device_bytes))
     return min(fitting, key=lambda row: (row.flops, row.device_bytes))
+
+
+def _ranked_by_time(row: PolicyRow) -> bool:
+    """Whether a row's estimated step time is what picks rank it by: estimated, on a GPU target."""
+    return row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
 
 
 def memory_figure(row: PolicyRow) -> str:

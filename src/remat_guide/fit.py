@@ -215,8 +215,8 @@ class BatchFit:
             the one its message gave); none of them fits, whatever that figure.
         budget_bytes: The budget the batches were held to.
         step_seconds: The estimated time of a step at ``batch`` (as
-            ``PolicyRow.step_seconds``): ``None`` on a target without an estimate (a TPU)
-            or for batch 0.
+            ``PolicyRow.step_seconds``): ``None`` for batch 0, or on a TPU for a program
+            that moves bytes to or from host memory.
     """
 
     batch: int
@@ -353,7 +353,7 @@ class PolicyBatch:
         batch: The largest batch that fits, or the required global batch when one is
             given and fits; 0 when no batch fits.
         device_bytes: What ``batch`` needs per device (``PolicyRow.device_bytes``).
-        step_seconds: The estimated time of a step at ``batch`` (GPU targets; ``None`` on a TPU).
+        step_seconds: The estimated time of a step at ``batch`` (``None`` where ``PolicyRow.step_seconds`` is).
         tokens_per_second: ``batch * tokens_per_example / step_seconds``, or ``None``.
         fit: The search behind ``batch`` (:class:`BatchFit`); ``None`` with a global batch.
     """
@@ -406,10 +406,10 @@ def recommend_batch(step_for: Callable[[Any], Callable[..., Any]], args_for: Cal
     gives the estimated step time at that batch. On a GPU target the pick is the policy
     with the most tokens per second at its largest batch (``batch * tokens_per_example /
     step_seconds``). Given ``global_batch``, each policy is compiled at that batch only,
-    and the pick is the fastest of those that fit it. On a TPU target, where the package
-    estimates no time, the pick is the policy with the largest batch (given a global
-    batch: the least memory at it), and ``basis`` says so: it is not a statement about
-    speed. A tie goes to the policy listed first.
+    and the pick is the fastest of those that fit it. On a TPU target, where no run has
+    checked the estimate, the rows show it but the pick is the policy with the largest
+    batch (given a global batch: the least memory at it), and ``basis`` says so: it is
+    not a statement about speed. A tie goes to the policy listed first.
 
     Args:
         step_for: As for :func:`largest_batch` (``step=True``: a training step; with

@@ -227,8 +227,8 @@ def plan_names(
     host memory fits ``host_budget_bytes``, if given), those of least cost
     (:func:`remat_guide.planner.cost`). On a GPU target the cost is the estimated step
     time (``step_seconds``), in which an offloaded value costs its trip to host memory
-    and back; on a TPU target and on this machine, where no time is estimated, it is
-    the true FLOPs, which say what is recomputed but not how long a step takes. Costs
+    and back; on a TPU target (where no run has checked the estimate) and on this
+    machine, it is the true FLOPs, which say what is recomputed but not how long a step takes. Costs
     within ``flops_tolerance`` (0.5%) of the least count as equal: keeping and
     offloading the same value recompute the same matmuls, but XLA fuses the two programs
     differently, and their elementwise FLOPs can differ by a few tenths of a percent.

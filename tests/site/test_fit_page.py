@@ -34,9 +34,9 @@ def test_the_page_answers_first_with_a_policy_and_a_batch_and_names_its_attentio
         if gpu:
             assert all(value.isdigit() for value in batches.values()), row
             assert row["tokens/s"].endswith(" k")
-        else:  # searched for no checkpoint and full only; no time estimate
+        else:  # searched for no checkpoint and full only; the TPU estimate is shown, not ranked on
             assert batches["minimal"] == batches["save_qkv_proj"] == "–"
-            assert row["tokens/s"] in ("no estimate", "–")
+            assert row["tokens/s"].endswith(" k") or (row["tokens/s"] == "–" and row["pick"] == "none fits")
         if row["pick"] == "none fits":
             assert {value for value in batches.values() if value != "–"} == {"0"}
         else:
@@ -67,8 +67,7 @@ def test_each_setup_has_its_table_with_every_policy(built_page):
     for setup, rows in zip(SETUPS, tables):
         assert [row["policy"] for row in rows] == ["no checkpoint", "full", "minimal", "dots_saveable",
                                                    "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded"]
-        has_time = any(header.startswith("est. step") for header in rows[0])
-        assert has_time == ("H100" in setup), setup
+        assert any(header.startswith("est. step") for header in rows[0]), setup
         assert len(rows[0]) <= 5  # narrow enough for a phone
     one_chip = tables[1]  # XLA's TPU compiler refuses every program: none fits
     assert {row["fits"] for row in one_chip} == {"refused"}

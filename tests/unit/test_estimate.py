@@ -17,7 +17,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from remat_guide import _roofline as roofline
 from remat_guide.site import hardware
-from remat_guide.targets import EFFICIENCY, TARGETS, device_bytes, estimate_step, place
+from remat_guide.targets import EFFICIENCY, TARGETS, device_bytes, estimate_step, lowering_for, place
 
 GPU = "h100"
 
@@ -183,21 +183,85 @@ def test_each_kernel_takes_its_slower_resource():
     assert estimate["kernel_seconds"] == estimate["seconds"] == pytest.approx(6e-3)
 
 
-def test_every_gpu_target_documents_its_rates_and_no_tpu_is_estimated():
+def test_every_target_documents_its_rates_and_only_gpus_publish_a_host_link():
     for target in TARGETS.values():
-        if target.platform == "tpu":
-            assert target.hardware is None
-            with pytest.raises(ValueError, match="TPU"):
-                estimate_step({"kernels": [], "host_out": 0, "host_in": 0}, target.name)
-            continue
         rates = target.hardware
         assert rates.source and set(rates.matmul_flops) >= {"bf16", "f32"}
+        if target.platform == "tpu":
+            # The default precision multiplies float32 operands in one bfloat16 pass.
+            assert rates.matmul_flops["bf16"] == rates.matmul_flops["f32"] > 0
+            assert rates.host_bandwidth is None and not target.ranks_by_time
+            with pytest.raises(ValueError, match="host-link rate"):
+                estimate_step({"kernels": [], "host_out": 1, "host_in": 0}, target.name)
+            continue
         assert rates.matmul_flops["bf16"] > rates.matmul_flops["f32"] > 0
-        assert rates.memory_bandwidth > rates.host_bandwidth > 0
+        assert rates.memory_bandwidth > rates.host_bandwidth > 0 and target.ranks_by_time
     with pytest.raises(TypeError, match="program must be"):
         estimate_step(3, GPU)
 
 
+# TPU programs: XLA's TPU compiler writes matmuls as convolutions, gives its loops no trip
+# count, keeps what fits in the core's own memory (VMEM) and calls Pallas's splash kernels.
+
+
+def tpu_totals(program):
+    figures = roofline.kernels(program.as_text(), "tpu")
+    return sum(count * sum(kinds.values()) for count, kinds, _ in figures["kernels"]), figures
+
+
+def test_a_tpu_scan_counts_its_matmuls_once_per_iteration_from_the_loops_condition():
+    def loss(w, x):
+        layer = jax.checkpoint(lambda h, w_layer: (jnp.tanh(h @ w_layer), None),
+                               policy=jax.checkpoint_policies.nothing_saveable)
+        return jax.lax.scan(layer, x, w)[0].sum()
+
+    for layers in (3, 6):
+        w, x = place((jnp.ones((layers, 1024, 1024), jnp.bfloat16), jnp.ones((2048, 1024), jnp.bfloat16)),
+                     "tpu-v5e")
+        program = jax.jit(jax.grad(loss)).lower(w, x).compile()
+        assert "known_trip_count" not in program.as_text()
+        flops, figures = tpu_totals(program)
+        # Per layer the forward, its recomputation and the backward's two matmuls.
+        assert flops == layers * 4 * 2 * 2048 * 1024 * 1024
+        # XLA's own count has each loop body once: ours, so counted, is within 1% of it
+        # (XLA's also counts the elementwise work).
+        once = roofline.matmul_flops_once(program.as_text(), "tpu")
+        assert once == 4 * 2 * 2048 * 1024 * 1024
+        assert 0.99 * program.cost_analysis()["flops"] <= once <= program.cost_analysis()["flops"]
+        estimate = estimate_step(program, "tpu-v5e")
+        rates = TARGETS["tpu-v5e"].hardware
+        assert estimate.compute_seconds == pytest.approx(flops / (rates.matmul_flops["bf16"] * EFFICIENCY["matmul"]))
+        assert estimate.seconds >= estimate.compute_seconds
+
+
+def test_a_tpu_array_in_the_cores_own_memory_moves_no_hbm_bytes_and_tiles_pad_the_rest():
+    tile = "{1,0:T(8,128)(2,1)}"
+    assert roofline._arrays("bf16[10,100]" + tile, tpu=True)[0].nbytes == 16 * 128 * 2
+    assert roofline._arrays("f32[3]{0:T(256)}", tpu=True)[0].nbytes == 256 * 4
+    assert roofline._arrays("bf16[2048,1024]{1,0:T(8,128)(2,1)S(1)}", tpu=True)[0].nbytes == 0
+    host = roofline._arrays("bf16[2048,1024]{1,0:T(8,128)(2,1)S(5)}", tpu=True)[0]
+    assert host.host and host.nbytes == 2048 * 1024 * 2
+    # A GPU program's arrays are counted as before: no tiles, no on-chip memory space.
+    assert roofline._arrays("bf16[10,100]" + tile)[0].nbytes == 10 * 100 * 2
+
+
+def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
+    from remat_guide.models import LLAMA3, decoder_args, decoder_loss
+
+    config = LLAMA3["1b"].smaller(layers=1, d_model=256, heads=2, kv_heads=1, mlp_dim=512, vocab=512)
+    batch, seq = 2, 1024
+    params, _, tokens = place(decoder_args(config, batch, seq), "tpu-v5e")
+    with lowering_for("tpu-v5e"):
+        lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
+    text = lowered.compile().as_text()
+    assert 'custom_call_target="tpu_custom_call"' in text
+    figures = roofline.kernels(text, "tpu")
+    flops = sum(count * sum(kinds.values()) for count, kinds, _ in figures["kernels"])
+    plain = roofline.matmul_flops_once(text, "tpu")
+    # Forward 2 products, backward 7 (dq 3, dk and dv 4), each batch x heads x seq x seq x
+    # head_dim multiply-adds, half of them under the causal mask.
+    head_dim = 256 // 2
+    assert flops - plain == 9 * 2 * batch * 2 * seq * seq * head_dim // 2
 @pytest.mark.parametrize("name, expected", [(None, 50), ("h100", 250 - 20), ("tpu-v5e", 300)])
 def test_device_bytes_reads_the_field_each_backend_decides_by(name, expected):
     memory = types.SimpleNamespace(argument_size_in_bytes=100, output_size_in_bytes=100, alias_size_in_bytes=20,

@@ -15,7 +15,7 @@ def narrow(rows: Iterable[PolicyRow]) -> Table:
     """Rows compiled for one target as four columns: the policy, the memory that decides the fit, then time and FLOPs.
 
     On a GPU target the third column is the estimated step time; on a TPU target, where
-    nothing is estimated, whether XLA's TPU compiler compiled the program or refused it.
+    no pick ranks on the estimate, whether XLA's TPU compiler compiled the program or refused it.
 
     Args:
         rows: Rows of ``compare_policies(..., target=...)``, all for the same target.
