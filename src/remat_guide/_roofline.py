@@ -223,13 +223,15 @@ def _conv_flops(conv: _Instruction, by_name: Mapping[str, _Instruction]) -> dict
         return {}
     window = _window(conv.attributes)
     spatial = sorted(label for label in out_labels if label.isdigit())
+
+    def field(key: str, index: int) -> int:
+        return window.get(key, [0 if key == "pad" else 1] * len(spatial))[index]
+
     pairs = 1
     for index, label in enumerate(spatial):
-        def field(key: str, default: int) -> int:
-            return window.get(key, [default] * len(spatial))[index]
-        pairs *= _taps(out_dims[out_labels.index(label)], rhs_dims[rhs_labels.index(label)], field("stride", 1),
-                       field("pad", 0), lhs_dims[lhs_labels.index(label)], field("lhs_dilate", 1),
-                       field("rhs_dilate", 1))
+        pairs *= _taps(out_dims[out_labels.index(label)], rhs_dims[rhs_labels.index(label)], field("stride", index),
+                       field("pad", index), lhs_dims[lhs_labels.index(label)], field("lhs_dilate", index),
+                       field("rhs_dilate", index))
     per_position = out_dims[out_labels.index("b")] * out_dims[out_labels.index("f")]
     operand = lhs.arrays[0]
     kind = _MATMUL_KINDS.get("f8" if operand.dtype.startswith("f8") else operand.dtype, "f32")
@@ -457,13 +459,16 @@ class _Program:
         """How many times a loop runs its body: XLA's ``known_trip_count``, else read from its condition.
 
         A TPU program's loops carry no trip count; their condition compares a counter in the
-        loop's state with a constant, and the counter starts at a constant the loop is given.
+        loop's state with a constant, the counter starts at a constant the loop is given, and
+        the body adds a constant step to it.
         """
         if self.once:
             return 1
         known = _TRIPS.search(loop.attributes)
         if known:
             return int(known.group(1))
+        if not self.tpu:  # a GPU program's loops without a known trip count count once, as they always have
+            return 1
         condition = re.search(r"condition=%([\w.\-]+)", loop.attributes)
         body = self.computations.get(condition.group(1), []) if condition else []
         by_name = self.by_name.get(condition.group(1), {}) if condition else {}

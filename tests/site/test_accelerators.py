@@ -43,8 +43,7 @@ def test_the_time_page_answers_first_and_defines_its_terms(built_page):
     # pinned_host is said in plain words where the page first names it
     first = text.index("pinned_host")
     assert "host memory locked in place" in text[first:first + 60]
-    # the TPU compiler's own estimate, negative, shown rounded
-    assert re.search(r"TPU v5e, no checkpoint: optimal_seconds = -\d+\.\d\d(?!\d)", text)
+    assert 'href="accelerators-tpu.html"' in html  # time on TPU chips has its own page
 
 
 def test_offloading_shows_host_bytes_on_accelerators(built_page):
@@ -99,7 +98,25 @@ def test_the_h200_measurement_stands_beside_the_estimates(built_page):
     for estimated, measured in ratios.values():
         assert abs(estimated / measured - 1) <= 0.25
     assert "NVIDIA H200" in text and "jax 0.11.2" in text.lower()
-    assert "optimal_seconds = -" in text  # the TPU compiler's own estimate, negative
+
+
+def test_the_tpu_page_answers_first_and_holds_the_estimate_against_xla_and_maxtext(built_page):
+    html = built_page("accelerators-tpu.html")
+    text = " ".join(page_text(html).split())
+    assert "{glue" not in text
+    opening = text[:text.index("What the estimate reads#")]
+    assert opening.index("no pick ranks on it") < opening.index("Against a published run")
+    assert "MaxText" in opening and "v5p" in opening
+    [reference] = [t for t in tables_with(html, "policy") if any(h.startswith("est. step (") for h in t[0])]
+    step = next(header for header in reference[0] if header.startswith("est. step ("))
+    assert any(header.startswith("XLA FLOPs (") for header in reference[0])
+    assert [row["policy"] for row in reference] == ["no checkpoint", "nothing_saveable", "dots_saveable",
+                                                    "offload mlp_hidden"]
+    assert reference[-1][step] == ""  # offloading: no published host-link rate, no estimate
+    assert all(float(row[step]) > 0 for row in reference[:-1])
+    # the TPU compiler's own estimate, negative, shown rounded
+    assert re.search(r"TPU v5e, no checkpoint: optimal_seconds = -\d+\.\d\d(?!\d)", text)
+    assert re.search(r"utilization implied: \d+\.\d%; published: 65%", text)
 
 
 def test_the_h200_memory_check_stands_beside_the_figure_that_decides(built_page):

@@ -174,7 +174,8 @@ def test_targets_lists_every_target_with_its_memory(cache):
     from remat_guide.targets import TARGETS
 
     assert [(t["name"], t["memory_bytes"]) for t in listed] == [(t.name, t.memory_bytes) for t in TARGETS.values()]
-    assert all((t["bf16_flops"] is None) == t["name"].startswith("tpu") for t in listed)
+    assert all(t["bf16_flops"] > 0 and t["source"] for t in listed)
+    assert all((t["host_bandwidth"] is None) == t["name"].startswith("tpu") for t in listed)
 
 
 USER_MODULE = '''

@@ -14,7 +14,8 @@ from remat_guide import models
 from remat_guide.site.stored import compile_ahead
 from remat_guide.targets import TARGETS, estimate_step, lowering_for, place, target_devices
 
-__all__ = ["MAXTEXT", "POLICIES", "REFERENCE", "MaxTextRun", "maxtext_estimate", "reference_table"]
+__all__ = ["MAXTEXT", "POLICIES", "REFERENCE", "MaxTextRun", "maxtext_estimate", "model_flops_per_chip",
+           "reference_table"]
 
 REFERENCE = {"layers": 4, "batch": 4, "seq": 128, "d_model": 256, "heads": 4, "mlp_dim": 1024}
 """The reference transformer of the accelerators pages (:func:`remat_guide.models.transformer_loss`)."""
@@ -88,19 +89,29 @@ sequences of 4096 tokens per chip, and reports 65% model FLOP utilization."""
 
 @dataclasses.dataclass(frozen=True)
 class MaxTextRun:
-    """The package's estimate of :data:`MAXTEXT`'s step, and the utilization it implies."""
+    """The package's estimate of :data:`MAXTEXT`'s step, and the utilization it implies.
+
+    Attributes:
+        seconds, compute_seconds, memory_seconds: The estimate and its two resources alone.
+        model_flops: What utilization counts, per chip (:func:`model_flops_per_chip`).
+        attention_flops: The causal attention's share of ``model_flops``.
+        matmul_flops: The compiled program's matmul FLOPs per chip, recomputation included.
+        device_bytes: XLA's peak per chip, which fits a v5p's memory.
+        mfu: ``model_flops`` over the estimate times the chip's bfloat16 peak.
+    """
 
     seconds: float
     compute_seconds: float
     memory_seconds: float
     model_flops: float
+    attention_flops: float
     matmul_flops: float
     device_bytes: int
     mfu: float
 
 
-def model_flops_per_chip(config: models.DecoderConfig, tokens: int, seq: int) -> float:
-    """A training step's model FLOPs on one chip, as MFU counts them: no recomputation.
+def model_flops_per_chip(config: models.DecoderConfig, tokens: int, seq: int) -> tuple[float, float]:
+    """A training step's model FLOPs on one chip, as MFU counts them (no recomputation), and their attention part.
 
     Six per weight per token (forward and backward) for every matmul weight, the output
     projection included and the embedding lookup not; the attention's two products
@@ -109,8 +120,8 @@ def model_flops_per_chip(config: models.DecoderConfig, tokens: int, seq: int) ->
     per_layer = config.d_model * config.head_dim * (config.heads * 2 + config.kv_heads * 2)
     per_layer += 3 * config.d_model * config.mlp_dim
     weights = config.layers * per_layer + config.d_model * config.vocab
-    attention = config.layers * 2 * 2 * seq * config.heads * config.head_dim // 2
-    return float(tokens * (6 * weights + 3 * attention))
+    attention = tokens * 3 * config.layers * 2 * 2 * seq * config.heads * config.head_dim // 2
+    return float(tokens * 6 * weights + attention), float(attention)
 
 
 @functools.cache
@@ -125,9 +136,9 @@ def maxtext_estimate() -> MaxTextRun:
         lowered = jax.jit(step, donate_argnums=(0, 1)).lower(*args)
     compiled = compile_ahead(lowered, name)
     estimate = estimate_step(compiled.kernels, name)
-    flops = model_flops_per_chip(config, MAXTEXT["sequences_per_chip"] * MAXTEXT["seq"], MAXTEXT["seq"])
+    flops, attention = model_flops_per_chip(config, MAXTEXT["sequences_per_chip"] * MAXTEXT["seq"], MAXTEXT["seq"])
     peak = TARGETS[name].hardware.matmul_flops["bf16"]
     memory = compiled.memory_analysis()
-    return MaxTextRun(estimate.seconds, estimate.compute_seconds, estimate.memory_seconds, flops,
+    return MaxTextRun(estimate.seconds, estimate.compute_seconds, estimate.memory_seconds, flops, attention,
                       float(sum(count * sum(kinds.values()) for count, kinds, _ in compiled.kernels["kernels"])),
                       int(memory.peak_memory_in_bytes), flops / (estimate.seconds * peak))
