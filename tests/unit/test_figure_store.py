@@ -257,7 +257,25 @@ def test_an_entry_kept_before_the_store_held_its_transfers_schedule_is_compiled_
     assert not compiles
     make_figures(site_store)
     assert store.load(site_store / "store")[key] == entry
-    assert not store.outdated(entry, "cuda") and not store.outdated(old, "tpu")
+    assert not store.outdated(entry, "cuda")
+
+
+def test_a_tpu_entry_kept_before_the_store_held_its_kernels_is_compiled_again(site_store, capsys):
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    make_figures(site_store)
+    (key, entry), = store.load(site_store / "store").items()
+    assert entry["kernels"]["matmul_flops_once"] == 2 * 8 * 64 * 64 and entry["kernels"]["loops_counted_once"] == 0
+    old = {k: v for k, v in entry.items() if k != "kernels"}  # as TPU entries were kept before
+    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
+    store.load.cache_clear()
+    assert store.outdated(store.load(site_store / "store")[key], "tpu")
+    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
+    assert "1 lack a figure the pages now read" in capsys.readouterr().out
+    with counting_compiles() as compiles:
+        compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    assert not compiles
+    make_figures(site_store)
+    assert store.load(site_store / "store")[key] == entry and not store.outdated(entry, "tpu")
 
 
 def test_a_program_the_store_lacks_fails_the_check_naming_the_page(site_store, capsys):
