@@ -7,6 +7,7 @@ real H200 measured (``docs/_hardware/``): memory within 1% on the 8-layer models
 time of every policy relative to no checkpoint within 25% on the 0.8 B-parameter model.
 """
 
+import pathlib
 import types
 
 import jax
@@ -243,6 +244,21 @@ def test_a_tpu_array_in_the_cores_own_memory_moves_no_hbm_bytes_and_tiles_pad_th
     assert host.host and host.nbytes == 2048 * 1024 * 2
     # A GPU program's arrays are counted as before: no tiles, no on-chip memory space.
     assert roofline._arrays("bf16[10,100]" + tile)[0].nbytes == 10 * 100 * 2
+
+
+def test_every_stored_tpu_program_reads_its_loops_and_counts_no_more_matmuls_than_xla():
+    # The figure store's TPU programs (every page's and test's): XLA's own count, with each
+    # loop body once, bounds the package's count of the same matmuls, and every loop's trip
+    # count was read from its condition.
+    from remat_guide import _store as store
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "docs" / "_figures"
+    entries = [e for e in store.load(folder).values() if e["target"].startswith("tpu") and "error" not in e]
+    assert len(entries) > 100
+    shares = [e["kernels"]["matmul_flops_once"] / e["cost"]["flops"] for e in entries]
+    assert all(0 <= share <= 1 for share in shares)
+    assert sum(share > 0.9 for share in shares) > len(shares) / 2  # matmuls are most of XLA's count
+    assert all(e["kernels"]["loops_counted_once"] == 0 for e in entries)
 
 
 def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
