@@ -182,7 +182,7 @@ class Comparison(list[PolicyRow]):
     """The rows of :func:`compare_policies`: a list of :class:`PolicyRow`, shown as a table.
 
     In a notebook it renders as an HTML table (memory in KiB/MiB, FLOPs in GFLOP, the
-    FLOPs ratio to the baseline; on a target also the estimated step time and its
+    FLOPs ratio to the baseline; on a GPU target also the estimated step time and its
     ratio to the baseline's); ``str()`` gives the same table as plain text, and
     :meth:`to_pandas` the exact values.
 
@@ -232,8 +232,9 @@ class Comparison(list[PolicyRow]):
 
         Where XLA's own FLOP count differs from the true one (a loop's body counted once),
         the table's caption says why. On a target, the memory that decides the fit comes
-        first, then XLA's own peak and temporary memory; where estimated, the step time
-        and its ratio to the baseline's close the row.
+        first, then XLA's own peak and temporary memory; on a GPU target, the estimated
+        step time and its ratio to the baseline's close the row (a TPU row's estimate,
+        which no pick ranks on, is in :meth:`to_pandas` and the rows, not the table).
 
         The ratios' headers name the baseline: ``FLOPs vs no checkpoint``, or ``FLOPs vs
         loss_for(None)`` when the rows hold a baseline labelled so.
@@ -259,6 +260,9 @@ class Comparison(list[PolicyRow]):
             frame = frame.drop(columns="XLA-reported FLOPs").rename(columns={"true FLOPs": "FLOPs (CPU program)"})
             units = {"residuals": "bytes", "device memory": "bytes", "XLA peak": "bytes", "XLA temp": "bytes",
                      "host (offloaded)": "bytes", "FLOPs (CPU program)": "flops", ratio: "ratio"}
+            if "est. step time" in frame.columns and not any(_ranked_by_time(row) for row in self):
+                # A TPU's estimate, which nothing ranks on, stays in to_pandas() and the rows.
+                frame = frame.drop(columns="est. step time")
             if "est. step time" in frame.columns:
                 units["est. step time"] = "seconds"
                 base = next((row.step_seconds for row in self if row.name == baseline and row.policy is None), None)

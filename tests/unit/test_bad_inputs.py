@@ -636,7 +636,8 @@ CASES = {
     ],
     "targets.estimate_step": [
         ("a number", lambda: targets.estimate_step(3, "h100"), TypeError, "program"),
-        ("a TPU", lambda: targets.estimate_step("", "tpu-v5e"), ValueError, "name"),
+        ("host bytes on a TPU", lambda: targets.estimate_step({"kernels": [], "host_out": 8, "host_in": 0},
+                                                             "tpu-v5e"), ValueError, "program"),
     ],
     "models.transformer_matmul_flops": [
         ("a str size", lambda: models.transformer_matmul_flops("2", 1, 2, 4, 2, 8), TypeError, "layers"),

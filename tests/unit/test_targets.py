@@ -462,6 +462,11 @@ def test_target_columns_appear_only_with_a_target():
     table = timed.table()
     assert list(table.frame["time vs no checkpoint"]) == [1.0, 1.5]
     assert "est. step time (ms)" in str(timed)
+    # A TPU's estimate is kept in the rows and the frame, but the table, like the picks, leaves it out.
+    tpu_timed = Comparison([row(name="no checkpoint", target=TPU, step_seconds=0.002),
+                            row(name="b", target=TPU, step_seconds=0.003)])
+    assert list(tpu_timed.to_pandas()["step_seconds"]) == [0.002, 0.003]
+    assert "est. step time" not in str(tpu_timed) and "time vs" not in str(tpu_timed)
     mixed = Comparison([row(name="a", target=TPU), row(name="b", target=GPU)])
     assert "target" in mixed.table().frame.columns
 
