@@ -458,9 +458,8 @@ class _Program:
     def trips(self, loop: _Instruction, computation: str) -> int:
         """How many times a loop runs its body: XLA's ``known_trip_count``, else read from its condition.
 
-        A TPU program's loops carry no trip count; their condition compares a counter in the
-        loop's state with a constant, the counter starts at a constant the loop is given, and
-        the body adds a constant step to it.
+        A TPU program's loops carry no trip count (:meth:`condition_trips`); one whose
+        condition says nothing readable runs once, and is listed in ``self.unknown``.
         """
         if self.once:
             return 1
@@ -469,32 +468,41 @@ class _Program:
             return int(known.group(1))
         if not self.tpu:  # a GPU program's loops without a known trip count count once, as they always have
             return 1
+        trips = self.condition_trips(loop, computation)
+        if trips is None:
+            self.unknown.add(loop.name)
+            return 1
+        return trips
+
+    def condition_trips(self, loop: _Instruction, computation: str) -> int | None:
+        """A loop's trip count read from its condition; ``None`` where the condition is not of that form.
+
+        The condition compares a counter in the loop's state with a constant, the counter
+        starts at a constant the loop is given, and the body adds a constant step to it.
+        """
         condition = re.search(r"condition=%([\w.\-]+)", loop.attributes)
         body = self.computations.get(condition.group(1), []) if condition else []
         by_name = self.by_name.get(condition.group(1), {}) if condition else {}
         root = body[-1] if body else None
         direction = re.search(r"direction=(\w+)", root.attributes) if root and root.opcode == "compare" else None
         if root is None or direction is None or len(root.operands) != 2:
-            self.unknown.add(loop.name)
-            return 1
+            return None
         left, right = (by_name.get(name) for name in root.operands)
-        flipped = {"GT": "LT", "GE": "LE"}
         kind = direction.group(1)
         if left is not None and left.opcode == "constant":
-            left, right, kind = right, left, flipped.get(kind, "")
+            left, right, kind = right, left, {"GT": "LT", "GE": "LE"}.get(kind, "")
         if left is None or right is None or left.opcode != "get-tuple-element" or kind not in ("LT", "LE"):
-            self.unknown.add(loop.name)
-            return 1
+            return None
         bound = self.constant(right.name, condition.group(1))
         index = re.search(r"index=(\d+)", left.attributes)
+        if bound is None or index is None:
+            return None
+        counter = int(index.group(1))
         state = self.by_name.get(computation, {}).get(loop.operands[0]) if loop.operands else None
         start = 0
-        if state is not None and state.opcode == "tuple" and index and int(index.group(1)) < len(state.operands):
-            start = self.constant(state.operands[int(index.group(1))], computation) or 0
-        if bound is None or index is None:
-            self.unknown.add(loop.name)
-            return 1
-        step = self.step(_CALLS.findall(loop.attributes)[0], int(index.group(1)))
+        if state is not None and state.opcode == "tuple" and counter < len(state.operands):
+            start = self.constant(state.operands[counter], computation) or 0
+        step = self.step(_CALLS.findall(loop.attributes)[0], counter)
         return max(1, -(-(bound - start + (kind == "LE")) // step))
 
     def step(self, body: str, index: int) -> int:
@@ -583,6 +591,15 @@ class _Program:
         self.schedules[computation] = items if host else None
         return self.schedules[computation]
 
+    def flops_once(self) -> int:
+        """The matmul FLOPs of the program with each loop body once and custom calls left out (XLA's way)."""
+        self.once, found, host = True, collections.Counter(), (self.host_out, self.host_in)
+        try:
+            self.walk(self.entry, 1, into=found)
+        finally:
+            self.once, (self.host_out, self.host_in) = False, host  # the program's own walk keeps its figures
+        return sum(count * sum(dict(flops).values()) for (flops, _), count in found.items())
+
     @staticmethod
     def slice_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
         """An asynchronous slice of a buffer, or update of one (how a TPU program moves bytes to and from the host).
@@ -657,8 +674,8 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     figures: dict[str, Any] = {"kernels": _merged(program.found), "host_out": program.host_out,
                                "host_in": program.host_in}
     if platform == "tpu":
-        figures["matmul_flops_once"] = matmul_flops_once(text, platform)
         figures["loops_counted_once"] = len(program.unknown)
+        figures["matmul_flops_once"] = program.flops_once()
     if program.host_out or program.host_in:
         program.schedule(program.entry)
         figures["schedule"] = {"entry": program.entry, "computations": {
@@ -669,10 +686,7 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
 def matmul_flops_once(text: str, platform: str = "cuda") -> int:
     """The matmul FLOPs of a compiled program as XLA's ``cost_analysis()`` counts them: each loop body once,
     custom calls (Pallas kernels) left out. A check of :func:`kernels` against XLA's own count."""
-    program = _Program(text, tpu=platform == "tpu")
-    program.once = True
-    program.walk(program.entry, 1)
-    return sum(count * sum(dict(flops).values()) for (flops, _), count in program.found.items())
+    return _Program(text, tpu=platform == "tpu").flops_once()
 
 
 def _kernel_seconds(flops: Mapping[str, int], device: int, flops_per_second: Mapping[str, float],

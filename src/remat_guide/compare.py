@@ -138,6 +138,22 @@ class PolicyRow:
             alias_size_in_bytes=self.alias_bytes, temp_size_in_bytes=self.temp_bytes,
             peak_memory_in_bytes=self.peak_bytes), self.target)
 
+    @property
+    def ranked_by_time(self) -> bool:
+        """Whether picks rank this row by ``step_seconds``: estimated, on a target whose estimate is ranked on.
+
+        A GPU row's is (see :attr:`remat_guide.targets.Target.ranks_by_time`); a TPU row's
+        estimate is shown but not ranked on, and a row of this machine's CPU has none.
+
+        Examples:
+            >>> from remat_guide import PolicyRow
+            >>> timed = dict(step_seconds=0.01, argument_bytes=1)
+            >>> [PolicyRow("p", None, 0, 1, 1, 1, 1.0, target=name, **timed).ranked_by_time
+            ...  for name in ("h100", "tpu-v5e")]
+            [True, False]
+        """
+        return self.step_seconds is not None and self.target is not None and target(self.target).ranks_by_time
+
     def __post_init__(self) -> None:
         validation.string(self.name, "PolicyRow.name")
         if self.policy is not None and not callable(self.policy):
@@ -260,7 +276,7 @@ class Comparison(list[PolicyRow]):
             frame = frame.drop(columns="XLA-reported FLOPs").rename(columns={"true FLOPs": "FLOPs (CPU program)"})
             units = {"residuals": "bytes", "device memory": "bytes", "XLA peak": "bytes", "XLA temp": "bytes",
                      "host (offloaded)": "bytes", "FLOPs (CPU program)": "flops", ratio: "ratio"}
-            if "est. step time" in frame.columns and not any(_ranked_by_time(row) for row in self):
+            if "est. step time" in frame.columns and not any(row.ranked_by_time for row in self):
                 # A TPU's estimate, which nothing ranks on, stays in to_pandas() and the rows.
                 frame = frame.drop(columns="est. step time")
             if "est. step time" in frame.columns:
@@ -630,14 +646,9 @@ def recommend_policy(
             f"{smallest.device_bytes} bytes, with {smallest.name}"
             + (f"; XLA's TPU compiler refused {refused} of the {len(candidates)} programs" if refused else "")
         )
-    if all(_ranked_by_time(row) for row in fitting):
+    if all(row.ranked_by_time for row in fitting):
         return min(fitting, key=lambda row: (row.step_seconds, row.device_bytes))
     return min(fitting, key=lambda row: (row.flops, row.device_bytes))
-
-
-def _ranked_by_time(row: PolicyRow) -> bool:
-    """Whether a row's estimated step time is what picks rank it by: estimated, on a GPU target."""
-    return row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
 
 
 def memory_figure(row: PolicyRow) -> str:

@@ -25,7 +25,6 @@ from remat_guide._measure import (
     trace_policy,
 )
 from remat_guide.compare import PolicyRow, memory_figure, row_of
-from remat_guide.targets import target
 
 __all__ = ["KEEP", "OFFLOAD", "RECOMPUTE", "NamePlan", "cost", "pick", "plan_label", "plan_names", "plan_policy"]
 
@@ -43,10 +42,9 @@ _FIGURES = ("flops", "device_bytes", "host_bytes")
 def cost(row: PolicyRow) -> float:
     """What the planner minimises for a row: its estimated step time on a GPU target, else its FLOPs.
 
-    A TPU row's estimated time is not ranked on (see :attr:`remat_guide.targets.Target.ranks_by_time`).
+    A TPU row's estimated time is not ranked on (see :attr:`remat_guide.PolicyRow.ranked_by_time`).
     """
-    timed = row.step_seconds is not None and row.target is not None and target(row.target).ranks_by_time
-    return row.step_seconds if timed else row.flops
+    return row.step_seconds if row.step_seconds is not None and row.ranked_by_time else row.flops
 
 
 @dataclasses.dataclass(frozen=True)

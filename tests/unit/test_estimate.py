@@ -269,11 +269,10 @@ def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
     params, _, tokens = place(decoder_args(config, batch, seq), "tpu-v5e")
     with lowering_for("tpu-v5e"):
         lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
-    text = lowered.compile().as_text()
-    assert 'custom_call_target="tpu_custom_call"' in text
-    figures = roofline.kernels(text, "tpu")
-    flops = sum(count * sum(kinds.values()) for count, kinds, _ in figures["kernels"])
-    plain = roofline.matmul_flops_once(text, "tpu")
+    program = lowered.compile()
+    assert 'custom_call_target="tpu_custom_call"' in program.as_text()
+    flops, figures = tpu_totals(program)
+    plain = figures["matmul_flops_once"]  # the same program without the kernels' products (one layer: one trip)
     # Forward 2 products, backward 7 (dq 3, dk and dv 4), each batch x heads x seq x seq x
     # head_dim multiply-adds, half of them under the causal mask.
     head_dim = 256 // 2

@@ -80,10 +80,9 @@ def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = ME
             estimate = estimate_step(compiled.kernels, "h200")
             peak = _row(found, config, name, "run_noat")
             timed = _row(timed_file, config, name, "time")
-            kernels = compiled.kernels["kernels"]
             rows.append({
                 "config": config, "policy": name, "device_bytes": device_bytes(memory, "h200"),
-                "matmul_flops": sum(count * sum(flops.values()) for count, flops, _ in kernels),
+                "matmul_flops": compiled.matmul_flops,
                 "peak_bytes": memory.peak_memory_in_bytes,
                 "measured_peak": None if peak is None else peak["peak_after_run"],
                 "estimated_seconds": estimate.seconds, "overlapped_seconds": estimate.overlapped_seconds,

@@ -17,8 +17,8 @@ class StoredCompile:
     Attributes:
         instructions: How many HLO instructions of each opcode the compiled program has.
         log: The lines XLA logged while compiling it (when ``compile_ahead`` was asked for them).
-        kernels: On a GPU, its kernels' FLOPs and bytes, for
-            :func:`remat_guide.targets.estimate_step`; ``None`` on a TPU.
+        kernels: Its kernels' FLOPs and bytes, for :func:`remat_guide.targets.estimate_step`;
+            ``None`` for a program the compiler refused.
     """
 
     def __init__(self, figures: dict[str, Any]) -> None:
@@ -26,6 +26,11 @@ class StoredCompile:
         self.instructions: dict[str, int] = dict(figures["instructions"])
         self.log: list[str] = list(figures.get("log", []))
         self.kernels: dict[str, Any] | None = figures.get("kernels")
+
+    @property
+    def matmul_flops(self) -> int:
+        """The FLOPs of its kernels' matrix multiplications, each loop body once per iteration."""
+        return sum(count * sum(kinds.values()) for count, kinds, _ in self.kernels["kernels"])
 
     def memory_analysis(self) -> Any:
         """Every size of ``compiled.memory_analysis()``, as attributes (``temp_size_in_bytes``, ...)."""

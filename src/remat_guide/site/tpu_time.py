@@ -51,7 +51,7 @@ def reference_table(name: str = "tpu-v5e") -> pd.DataFrame:
     lines = []
     for label in POLICIES:
         compiled = _reference(label, name)
-        kernels = compiled.kernels
+        kernels, cost = compiled.kernels, compiled.cost_analysis()
         host = kernels["host_out"] + kernels["host_in"]
         estimate = None if host else estimate_step(kernels, name)
         lines.append({
@@ -60,10 +60,10 @@ def reference_table(name: str = "tpu-v5e") -> pd.DataFrame:
             "matmul": np.nan if estimate is None else estimate.compute_seconds,
             "memory": np.nan if estimate is None else estimate.memory_seconds,
             "host bytes": host,
-            "XLA optimal_seconds": compiled.cost_analysis()["optimal_seconds"],
-            "XLA FLOPs": compiled.cost_analysis()["flops"],
+            "XLA optimal_seconds": cost["optimal_seconds"],
+            "XLA FLOPs": cost["flops"],
             "matmul FLOPs once": kernels["matmul_flops_once"],
-            "matmul FLOPs": sum(count * sum(kinds.values()) for count, kinds, _ in kernels["kernels"]),
+            "matmul FLOPs": compiled.matmul_flops,
             "loops counted once": kernels["loops_counted_once"],
         })
     return pd.DataFrame(lines)
@@ -140,5 +140,4 @@ def maxtext_estimate() -> MaxTextRun:
     peak = TARGETS[name].hardware.matmul_flops["bf16"]
     memory = compiled.memory_analysis()
     return MaxTextRun(estimate.seconds, estimate.compute_seconds, estimate.memory_seconds, flops, attention,
-                      float(sum(count * sum(kinds.values()) for count, kinds, _ in compiled.kernels["kernels"])),
-                      int(memory.peak_memory_in_bytes), flops / (estimate.seconds * peak))
+                      float(compiled.matmul_flops), int(memory.peak_memory_in_bytes), flops / (estimate.seconds * peak))
