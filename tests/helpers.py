@@ -117,6 +117,13 @@ def counting_compiles() -> Iterator[list[int]]:
         jax.stages.Lowered.compile, jax_internals.compile_text = original, from_text
 
 
+# Chromium must not reach out on its own: this machine has no network but the loopback.
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
 def chromium() -> str:
     """The Chromium the browser tests drive: ``$REMAT_GUIDE_CHROMIUM`` or the first one on PATH."""
     for name in (os.environ.get("REMAT_GUIDE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):

@@ -6,10 +6,10 @@ import collections
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["kernels", "matmul_flops_once", "step_seconds"]
+__all__ = ["Rates", "kernels", "matmul_flops_once", "step_seconds"]
 
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
           "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
@@ -171,6 +171,23 @@ def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[s
     return {kind: 2 * math.prod(dot.arrays[0].dims) * contracted}
 
 
+_Shape = tuple[int, int, int, int, str]  # a dot's batch, rows, columns, contracted size and dtype class
+
+
+def _dot_shape(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> _Shape | None:
+    """A dot's batch, rows, columns and contracted size, with its left operand's dtype class: ``(b, m, n, k, kind)``."""
+    lhs, rhs = (by_name.get(name) for name in (dot.operands + ["", ""])[:2])
+    if lhs is None or rhs is None or not lhs.arrays or not rhs.arrays:
+        return None
+    left, right = lhs.arrays[0].dims, rhs.arrays[0].dims
+    batch, contracted = _dims(dot.attributes, "lhs_batch_dims"), _dims(dot.attributes, "lhs_contracting_dims")
+    skipped = set(_dims(dot.attributes, "rhs_batch_dims")) | set(_dims(dot.attributes, "rhs_contracting_dims"))
+    rows = math.prod(size for d, size in enumerate(left) if d not in batch and d not in contracted)
+    columns = math.prod(size for d, size in enumerate(right) if d not in skipped)
+    kind = _MATMUL_KINDS.get("f8" if lhs.arrays[0].dtype.startswith("f8") else lhs.arrays[0].dtype, "f32")
+    return (math.prod(left[d] for d in batch), rows, columns, math.prod(left[d] for d in contracted), kind)
+
+
 def _taps(out: int, window: int, stride: int, low: int, size: int, dilation: int, window_dilation: int) -> int:
     """How many (output position, window tap) pairs of one spatial dimension land on an input element.
 
@@ -287,10 +304,12 @@ def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) ->
     return {kind: products * 2 * batch * heads * seq * seq * dim // 2}
 
 
-def _merged(found: Mapping[tuple[tuple[tuple[str, int], ...], int], int]) -> list[list[Any]]:
-    """Kernels counted by their figures, as ``[count, {dtype: flops}, device_bytes]`` in a stable order."""
-    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][0], item[1]))
-    return [[count, dict(flops), device] for (flops, device), count in ordered]
+def _merged(found: Mapping[tuple[Any, ...], int], shapes: bool) -> list[list[Any]]:
+    """Kernels counted by their figures, as ``[count, {dtype: flops}, device_bytes]`` in a stable order;
+    with ``shapes`` (a GPU program), each also with its dots' shapes, ``[[b, m, n, k, kind], ...]``."""
+    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][0], item[0][2], item[1]))
+    return [[count, dict(flops), device, *([[list(dot) for dot in dots]] if shapes else [])]
+            for (flops, device, dots), count in ordered]
 
 
 class _Program:
@@ -321,6 +340,30 @@ class _Program:
                 if called not in seen:
                     flops.update(self.matmul_flops(called, seen | {computation}))
         return dict(flops)
+
+    def dot_shapes(self, instruction: _Instruction, computation: str) -> tuple[_Shape, ...]:
+        """The shapes of the dots a GPU kernel runs (see :func:`_dot_shape`); none on a TPU, whose figures keep none."""
+        if self.tpu:
+            return ()
+        if instruction.opcode == "dot":
+            found = [_dot_shape(instruction, self.by_name.get(computation, {}))]
+        else:
+            called = _CALLS.findall(instruction.attributes)
+            found = self.fused_dots(called[0]) if called and instruction.opcode in (
+                "fusion", "fusion-start", "async-start") else []
+        return tuple(shape for shape in found if shape is not None)
+
+    def fused_dots(self, computation: str, seen: frozenset = frozenset()) -> list[_Shape | None]:
+        """The shapes of the dots in a fused computation and the computations it calls."""
+        found: list[_Shape | None] = []
+        by_name = self.by_name.get(computation, {})
+        for instruction in self.computations.get(computation, []):
+            if instruction.opcode == "dot":
+                found.append(_dot_shape(instruction, by_name))
+            for called in _CALLS.findall(instruction.attributes):
+                if called not in seen:
+                    found.extend(self.fused_dots(called, seen | {computation}))
+        return found
 
     def fused_bytes(self, instruction: _Instruction, computation: str) -> tuple[int, int, int]:
         """HBM, host-out and host-in bytes of a fusion: what its kernel reads and writes.
@@ -540,7 +583,7 @@ class _Program:
             flops, device, host_out, host_in = cost
             self.host_out += times * host_out
             self.host_in += times * host_in
-            found[(tuple(sorted(flops.items())), device)] += times
+            found[(tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))] += times
 
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
         """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` without host traffic.
@@ -557,7 +600,7 @@ class _Program:
 
         def flush() -> None:
             if run:
-                items.append(["kernels", _merged(run)])
+                items.append(["kernels", _merged(run, not self.tpu)])
                 run.clear()
 
         for instruction in self.computations.get(computation, []):
@@ -578,7 +621,7 @@ class _Program:
                 continue
             flops, device, host_out, host_in = cost
             if not host_out and not host_in:
-                run[(tuple(sorted(flops.items())), device)] += 1
+                run[(tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))] += 1
                 continue
             flush()
             host = True
@@ -598,7 +641,7 @@ class _Program:
             self.walk(self.entry, 1, into=found)
         finally:
             self.once, (self.host_out, self.host_in) = False, host  # the program's own walk keeps its figures
-        return sum(count * sum(dict(flops).values()) for (flops, _), count in found.items())
+        return sum(count * sum(dict(flops).values()) for (flops, _, _), count in found.items())
 
     @staticmethod
     def slice_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
@@ -671,7 +714,7 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     """
     program = _Program(text, tpu=platform == "tpu")
     program.walk(program.entry, 1)
-    figures: dict[str, Any] = {"kernels": _merged(program.found), "host_out": program.host_out,
+    figures: dict[str, Any] = {"kernels": _merged(program.found, platform != "tpu"), "host_out": program.host_out,
                                "host_in": program.host_in}
     if platform == "tpu":
         figures["loops_counted_once"] = len(program.unknown)
@@ -689,15 +732,49 @@ def matmul_flops_once(text: str, platform: str = "cuda") -> int:
     return _Program(text, tpu=platform == "tpu").flops_once()
 
 
-def _kernel_seconds(flops: Mapping[str, int], device: int, flops_per_second: Mapping[str, float],
-                    memory_bandwidth: float) -> tuple[float, float]:
-    """One kernel's matmul time and memory time."""
-    matmul = sum(value / flops_per_second.get(kind, flops_per_second["f32"]) for kind, value in flops.items())
-    return matmul, device / memory_bandwidth
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """What :func:`step_seconds` times a kernel at.
+
+    Attributes:
+        flops_per_second: The matmul rate in use, by operand dtype (``"bf16"``, ``"f32"``, ...).
+        memory_bandwidth: Device-memory bytes per second in use.
+        host_bandwidth: Host-link bytes per second in use, each direction.
+        dot_rate: FLOP/s of one dot by its shape ``(b, m, n, k, kind)``, or ``None`` where
+            it has none; a dot it has no rate for, and matmul FLOPs no dot carries (Pallas's
+            attention kernels), run at ``flops_per_second``.
+        launch_seconds: A fixed cost of each kernel.
+        parallelism: How much of the shorter of a kernel's matmul and memory times hides
+            behind the longer: 1 is the roofline's ``max``.
+    """
+
+    flops_per_second: Mapping[str, float]
+    memory_bandwidth: float
+    host_bandwidth: float
+    dot_rate: Callable[[int, int, int, int, str], float | None] | None = None
+    launch_seconds: float = 0.0
+    parallelism: float = 1.0
+
+    def parts(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = ()) -> tuple[float, float]:
+        """One kernel's matmul time and memory time."""
+        left = dict(flops)
+        matmul = 0.0
+        for b, m, n, k, kind in shapes if self.dot_rate is not None else ():
+            rate = self.dot_rate(b, m, n, k, kind)
+            if rate:
+                matmul += 2 * b * m * n * k / rate
+                left[kind] = left.get(kind, 0) - 2 * b * m * n * k
+        matmul += sum(max(value, 0) / self.flops_per_second.get(kind, self.flops_per_second["f32"])
+                      for kind, value in left.items())
+        return matmul, device / self.memory_bandwidth
+
+    def kernel(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = ()) -> float:
+        """One kernel's time: its launch, then its longer part and what of its shorter does not hide."""
+        matmul, memory = self.parts(flops, device, shapes)
+        return self.launch_seconds + max(matmul, memory) + (1 - self.parallelism) * min(matmul, memory)
 
 
-def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Callable[[Mapping[str, int], int], float],
-                host_bandwidth: float) -> float:
+def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
     """The time of one run of a scheduled computation, its transfers overlapped with its kernels.
 
     The kernels run one after another. A transfer starts at its start, or when the host
@@ -710,49 +787,40 @@ def _overlapped(schedule: Mapping[str, Any], name: str, kernel: Callable[[Mappin
     for item in schedule["computations"][name]:
         kind = item[0]
         if kind == "kernels":
-            now += sum(count * kernel(flops, device) for count, flops, device in item[1])
+            now += sum(row[0] * rates.kernel(row[1], row[2], row[3] if len(row) > 3 else ()) for row in item[1])
         elif kind == "run":
-            now += item[2] * _overlapped(schedule, item[1], kernel, host_bandwidth)
+            now += item[2] * _overlapped(schedule, item[1], rates)
         elif kind == "start":
-            link = max(now, link) + (item[1] + item[2]) / host_bandwidth
+            link = max(now, link) + (item[1] + item[2]) / rates.host_bandwidth
             ends.append(link)
         elif kind == "done":
             now = max(now, ends[item[1]])
         else:  # "sync": the kernel waits for the link, then runs as long as its slower side
-            now = max(now, link) + max(kernel(item[3], item[4]), (item[1] + item[2]) / host_bandwidth)
+            now = max(now, link) + max(rates.kernel(item[3], item[4]), (item[1] + item[2]) / rates.host_bandwidth)
             link = now
     return now
 
 
-def step_seconds(figures: Mapping[str, Any], flops_per_second: Mapping[str, float], memory_bandwidth: float,
-                 host_bandwidth: float) -> dict[str, float]:
-    """A roofline of :func:`kernels`: each kernel as long as its slower resource, then the host transfers.
+def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
+    """A step's time from :func:`kernels`: the kernels one after another, timed by ``rates``, then the host transfers.
 
     Returns ``seconds`` (every kernel, then every host transfer, overlapped with nothing),
     ``overlapped_seconds`` (the kernels one after another, each asynchronous host
     transfer overlapped with the kernels the schedule puts between its start and its
-    done; ``seconds`` without ``"schedule"``), ``kernel_seconds`` (each kernel's slower
-    resource, summed), ``compute_seconds`` and ``memory_seconds`` (each resource alone,
-    summed) and ``transfer_seconds`` (the host link, out and back).
-
-    Args:
-        figures: What :func:`kernels` returned.
-        flops_per_second: The matmul rate in use, by operand dtype (``"bf16"``, ``"f32"``, ...).
-        memory_bandwidth: Device-memory bytes per second in use.
-        host_bandwidth: Host-link bytes per second in use, each direction.
+    done; ``seconds`` without ``"schedule"``), ``kernel_seconds`` (each kernel's time,
+    :meth:`Rates.kernel`, summed), ``compute_seconds`` and ``memory_seconds`` (each
+    resource alone, summed) and ``transfer_seconds`` (the host link, out and back).
     """
     kernel = compute = memory = 0.0
-    for count, flops, device in figures["kernels"]:
-        matmul, moved = _kernel_seconds(flops, device, flops_per_second, memory_bandwidth)
+    for row in figures["kernels"]:
+        count, flops, device = row[:3]
+        shapes = row[3] if len(row) > 3 else ()
+        matmul, moved = rates.parts(flops, device, shapes)
         compute += count * matmul
         memory += count * moved
-        kernel += count * max(matmul, moved)
-    transfer = (int(figures["host_out"]) + int(figures["host_in"])) / host_bandwidth
+        kernel += count * rates.kernel(flops, device, shapes)
+    transfer = (int(figures["host_out"]) + int(figures["host_in"])) / rates.host_bandwidth
     schedule = figures.get("schedule")
-    overlapped = kernel + transfer
-    if schedule:
-        overlapped = _overlapped(schedule, schedule["entry"],
-                                 lambda f, d: max(_kernel_seconds(f, d, flops_per_second, memory_bandwidth)),
-                                 host_bandwidth)
+    overlapped = _overlapped(schedule, schedule["entry"], rates) if schedule else kernel + transfer
     return {"seconds": kernel + transfer, "overlapped_seconds": overlapped, "kernel_seconds": kernel,
             "compute_seconds": compute, "memory_seconds": memory, "transfer_seconds": transfer}

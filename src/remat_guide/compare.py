@@ -90,8 +90,8 @@ class PolicyRow:
         alias_bytes: ``memory_analysis().alias_size_in_bytes``: outputs that reuse an
             argument's buffer (donated arguments).
         step_seconds: On a target, the estimated time of one run of the program
-            (:func:`remat_guide.targets.estimate_step`: a roofline of the compiled
-            program plus its host transfers); ``None`` on the CPU, and on a TPU target
+            (:func:`remat_guide.targets.estimate_step`: the compiled program's kernels
+            timed from the device's rates, plus its host transfers); ``None`` on the CPU, and on a TPU target
             for a program that moves bytes to or from host memory (no published
             host-link rate). On a TPU it is shown, not ranked on.
         refused: The first line of XLA's TPU compiler's error when it refused to compile
@@ -549,6 +549,10 @@ def recommend_policy(
     estimated step time (``step_seconds``) is chosen; elsewhere (on a TPU, where no run
     has checked the estimate, and on the CPU) the one with the fewest FLOPs, which says
     what is recomputed, not how long a step takes. A tie goes to the one using less memory.
+    The estimate is a model with host copies after the kernels, not overlapped; its error
+    against an H200's measured steps, program by program, is on the guide's page on time
+    on accelerators, and two policies whose estimates are closer than that error are not
+    ranked by it, whichever the pick names.
 
     On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
     H200, arguments + outputs + temporary memory with autotuning were up to 10% above the

@@ -225,7 +225,9 @@ def plan_names(
     host memory fits ``host_budget_bytes``, if given), those of least cost
     (:func:`remat_guide.planner.cost`). On a GPU target the cost is the estimated step
     time (``step_seconds``), in which an offloaded value costs its trip to host memory
-    and back; on a TPU target (where no run has checked the estimate) and on this
+    and back, after the kernels (not overlapped; its error against an H200's measured steps
+    is on the guide's page on time on accelerators); on a TPU target (where no run has
+    checked the estimate) and on this
     machine, it is the true FLOPs, which say what is recomputed but not how long a step takes. Costs
     within ``flops_tolerance`` (0.5%) of the least count as equal: keeping and
     offloading the same value recompute the same matmuls, but XLA fuses the two programs

@@ -18,13 +18,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from remat_guide import _matmul_table as matmul_table
 from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr, target_figures, unrun_options
 from remat_guide._jax_internals import file_names_only
 
-__all__ = ["EFFICIENCY", "TARGETS", "Estimate", "Hardware", "Target", "device_bytes", "estimate_step", "lowering_for",
-           "place",
-           "target", "target_devices", "usable_bytes"]
+__all__ = ["EFFICIENCY", "GPU_KERNEL_LAUNCH_SECONDS", "GPU_MEMORY_COMPUTE_PARALLELISM", "TARGETS", "Estimate",
+           "Hardware", "Target", "device_bytes", "estimate_step", "kernel_rates", "lowering_for", "place", "target",
+           "target_devices", "usable_bytes"]
 
 _TPU_EXTRA = "pip install '.[tpu]' in a clone of remat-guide (or: pip install libtpu==0.0.51)"
 _GPU_EXTRA = ("pip install '.[gpu]' in a clone of remat-guide (or: pip install jax-cuda12-plugin==0.12.0.1 "
@@ -47,12 +48,16 @@ class Hardware:
             PCIe link, or NVLink-C2C on a Grace-Blackwell superchip; ``None`` where the
             maker publishes none (TPU chips).
         source: Where the figures come from.
+        matmul_table: XLA's measured table of matmul throughput by shape that this GPU's
+            dots are timed from (``"sm_90"``: an H100's, scaled by this chip's bf16 peak
+            over the H100's), or ``None``: its dots run at :data:`EFFICIENCY` of its peak.
     """
 
     matmul_flops: dict[str, float]
     memory_bandwidth: float
     host_bandwidth: float | None
     source: str
+    matmul_table: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Estimate:
             its start and its done: what the schedule allows, which an H200's offloading
             steps did not reach (the guide's page on time on accelerators). Equal to
             ``seconds`` for a program that moves nothing to or from the host.
-        kernel_seconds: Each kernel's longer of its matmul time and its memory time, summed.
+        kernel_seconds: Each kernel's time (its matmul and memory times combined, see :func:`kernel_rates`), summed.
         compute_seconds: The matmul time alone, summed over kernels.
         memory_seconds: The device-memory time alone, summed over kernels.
         transfer_seconds: The host-link time: bytes out, then bytes back.
@@ -87,9 +92,20 @@ EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
 Matmul kernels reach about 70% of the dense tensor-core peak on large shapes; streaming
 kernels about 90% of the HBM bandwidth; and ``jax.device_put`` between an H200's memory
 and pinned host memory moved 52.8 GB/s of PCIe Gen5's 64 GB/s each way (measured on
-2026-11-27, see ``docs/_hardware/``): 82.5%. A TPU target gets the same shares of its
+2026-11-27, see ``docs/_hardware/``): 82.5%. On a GPU with a measured matmul table
+(:attr:`Hardware.matmul_table`) each dot runs at the table's rate for its shape instead;
+the 70% stays for the matmuls no table times. A TPU target gets the same shares of its
 own rates: GPU figures, which no TPU run has checked.
 """
+
+GPU_KERNEL_LAUNCH_SECONDS = 1e-6
+"""The fixed cost of each kernel on a GPU: XLA's own figure (``kKernelLaunchOverhead`` in
+``xla/service/gpu/model/gpu_performance_model_base.h``)."""
+
+GPU_MEMORY_COMPUTE_PARALLELISM = 0.95
+"""How much of a GPU kernel's shorter part (matmul or memory) hides behind its longer: XLA's
+own figure (``kMemoryComputeParallelism``, same file), so a kernel takes its longer part
+plus 5% of its shorter. A TPU kernel takes its longer part (a roofline)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,11 +163,11 @@ def _tpu(name: str, generation: str, kind: str, gib: int, bf16: float, int8: flo
 
 
 def _gpu(name: str, description: str, gib: int, bf16: float, tf32: float, f8: float, f64: float,
-         memory: float, host: float, source: str) -> Target:
+         memory: float, host: float, source: str, table: str | None = None) -> Target:
     """A GPU target; memory in GiB, rates in TFLOP/s and GB/s, as datasheets print them."""
     flops = {"bf16": bf16 * 1e12, "f32": tf32 * 1e12, "f8": f8 * 1e12, "int8": f8 * 1e12, "f64": f64 * 1e12}
-    return Target(name, "cuda", description, description, Hardware(flops, memory * 1e9, host * 1e9, source),
-                  gib * 2**30)
+    return Target(name, "cuda", description, description,
+                  Hardware(flops, memory * 1e9, host * 1e9, source, table), gib * 2**30)
 
 
 _PCIE4, _PCIE5, _PCIE6, _C2C = 32, 64, 128, 450  # GB/s each way: PCIe x16 generations, NVLink-C2C
@@ -166,11 +182,11 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 40, 312, 156, 624, 19.5, 1555, _PCIE4,
          "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB); PCIe Gen4 x16"),
     _gpu("h100", "NVIDIA H100 80GB HBM3", 80, 989.5, 494.7, 1979, 66.9, 3350, _PCIE5,
-         "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16"),
+         "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16", "sm_90"),
     _gpu("h100-pcie", "NVIDIA H100 PCIe", 80, 756.5, 378, 1513, 51.2, 2000, _PCIE5,
-         "NVIDIA H100 Tensor Core GPU datasheet (PCIe); PCIe Gen5 x16"),
+         "NVIDIA H100 Tensor Core GPU datasheet (PCIe); PCIe Gen5 x16", "sm_90"),
     _gpu("h200", "NVIDIA H200 141GB HBM3e", 141, 989.5, 494.7, 1979, 66.9, 4800, _PCIE5,
-         "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16"),
+         "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16", "sm_90"),
     _gpu("b200", "NVIDIA B200", 180, 2250, 1125, 4500, 37, 8000, _PCIE5,
          "NVIDIA HGX B200 datasheet, per GPU; PCIe Gen5 x16"),
     _gpu("b300", "NVIDIA B300", 288, 2250, 1125, 4500, 1.25, 8000, _PCIE6,
@@ -545,16 +561,21 @@ def device_bytes(memory: Any, name: str | Target | None = None) -> int:
     return arguments + outputs + temp - alias
 
 
-def estimate_step(program: Any, name: str | Target) -> Estimate:
-    """An estimate of one run's time on a GPU or a TPU chip, from the program XLA compiled for it (a roofline).
+def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None = None) -> Estimate:
+    """An estimate of one run's time on a GPU or a TPU chip, from the program XLA compiled for it.
 
     Every kernel of the compiled program (a fusion, or an instruction left unfused; a loop
-    body's kernels once per iteration) takes the longer of two times: its matrix
-    multiplications' FLOPs at the device's dense matrix-unit rate for their dtype, and the
-    bytes it reads and writes at the HBM bandwidth. The kernels run one after another;
-    then the bytes moved to and from host memory cross the host link, overlapped with
-    nothing: ``seconds``. Each rate is the target's published figure (:class:`Hardware`)
-    times :data:`EFFICIENCY`.
+    body's kernels once per iteration) has two times: its matrix multiplications' FLOPs at
+    the device's matrix rate, and the bytes it reads and writes at the HBM bandwidth. Each
+    rate is the target's published figure (:class:`Hardware`) times :data:`EFFICIENCY`,
+    except that on an H100, H100 PCIe or H200 each dot runs at the rate XLA measured for
+    its shape on an H100 (:attr:`Hardware.matmul_table`). On a TPU a kernel takes the
+    longer of its two times (a roofline); on a GPU, as XLA's own performance model has
+    it, the longer plus 5% of the shorter, plus 1 µs to launch it
+    (:data:`GPU_MEMORY_COMPUTE_PARALLELISM`, :data:`GPU_KERNEL_LAUNCH_SECONDS`). The
+    kernels run one after another; then the bytes moved to and from host memory cross
+    the host link, overlapped with nothing: ``seconds``. :func:`kernel_rates` gives the
+    rates in use.
 
     The compiled program starts each host transfer asynchronously and waits for it later,
     with kernels scheduled in between. ``overlapped_seconds`` runs each transfer on the
@@ -571,8 +592,8 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     with XLA's own cost analysis and with a published MaxText MFU.
 
     Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
-    kernels slower than their roofline (small or oddly shaped matmuls, elementwise math),
-    launch gaps, autotuning's choice of kernels, collectives between devices (costed as
+    memory-bound kernels slower than 90% of the bandwidth (transposes, reductions, small
+    kernels), elementwise math, autotuning's choice of kernels, collectives between devices (costed as
     the device-memory bytes they read and write, not at the link's rate). It is a model,
     compared with an H200's measured step times on the guide's page on time on
     accelerators.
@@ -581,6 +602,7 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
             (``compiled.as_text()``), or the kernels the figure store keeps for it.
         name: A target (see :data:`TARGETS`).
+        rates: What to time the kernels at; :func:`kernel_rates` of ``name`` by default.
 
     Returns:
         The estimate and its parts, in seconds.
@@ -597,10 +619,12 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
         >>> w, x = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "h100")
         >>> compiled = jax.jit(lambda w, x: x @ w).lower(w, x).compile()
         >>> estimate = estimate_step(compiled, "h100")
-        >>> round(estimate.compute_seconds * 1e6)  # 2 * 4096**3 FLOPs at 70% of 989.5 TFLOP/s
-        198
+        >>> round(estimate.compute_seconds * 1e6)  # 2 * 4096**3 FLOPs at XLA's measured 786 TFLOP/s
+        175
         >>> estimate.seconds == estimate.overlapped_seconds == estimate.kernel_seconds, estimate.transfer_seconds
         (True, 0.0)
+        >>> round(estimate_step(compiled, "b200").compute_seconds * 1e6)  # no table: 70% of 2250 TFLOP/s
+        87
         >>> on_tpu = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "tpu-v5e")
         >>> tpu = estimate_step(jax.jit(lambda w, x: x @ w).lower(*on_tpu).compile(), "tpu-v5e")
         >>> round(tpu.compute_seconds * 1e6)  # at 70% of 197 TFLOP/s
@@ -621,6 +645,50 @@ def estimate_step(program: Any, name: str | Target) -> Estimate:
     if host is None and (figures["host_out"] or figures["host_in"]):
         raise ValueError(f"program moves {int(figures['host_out']) + int(figures['host_in'])} bytes to or from host "
                          f"memory, and {chosen.name} has no published host-link rate to time them at")
-    return Estimate(**roofline.step_seconds(
-        figures, {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
-        hardware.memory_bandwidth * EFFICIENCY["memory"], (host or 1.0) * EFFICIENCY["host"]))
+    if rates is not None and not isinstance(rates, roofline.Rates):
+        raise TypeError(f"rates must be what kernel_rates returns, got {type(rates).__name__}")
+    return Estimate(**roofline.step_seconds(figures, rates or kernel_rates(chosen)))
+
+
+def kernel_rates(name: str | Target, plain: bool = False) -> roofline.Rates:
+    """What :func:`estimate_step` times each kernel at on a target: its rates times :data:`EFFICIENCY`,
+    its dots from its matmul table where it has one, and on a GPU, XLA's launch cost and overlap.
+
+    With ``plain``, the plain roofline instead, as the estimate was before it read XLA's
+    tables: every matmul at :data:`EFFICIENCY` of the peak, each kernel as long as its
+    longer part, no launch cost.
+
+    Examples:
+        >>> rates = kernel_rates("h200")
+        >>> round(rates.memory_bandwidth / 1e9), rates.launch_seconds, rates.parallelism
+        (4320, 1e-06, 0.95)
+        >>> round(rates.dot_rate(1, 4096, 4096, 4096, "bf16") / 1e12, 1)  # XLA's H100 table
+        786.0
+        >>> kernel_rates("tpu-v5e").dot_rate is None, kernel_rates("tpu-v5e").parallelism
+        (True, 1.0)
+        >>> plain = kernel_rates("h200", plain=True)
+        >>> plain.dot_rate is None, plain.launch_seconds, plain.parallelism
+        (True, 0.0, 1.0)
+    """
+    chosen = target(name)
+    hardware = chosen.hardware
+    gpu = chosen.platform == "cuda" and not plain
+    return roofline.Rates(
+        {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
+        hardware.memory_bandwidth * EFFICIENCY["memory"], (hardware.host_bandwidth or 1.0) * EFFICIENCY["host"],
+        dot_rate=None if plain else _dot_rate(hardware), launch_seconds=GPU_KERNEL_LAUNCH_SECONDS if gpu else 0.0,
+        parallelism=GPU_MEMORY_COMPUTE_PARALLELISM if gpu else 1.0)
+
+
+def _dot_rate(hardware: Hardware) -> Any:
+    """A dot's FLOP/s by its shape from the hardware's matmul table, scaled to its bf16 peak; ``None`` without one."""
+    if hardware.matmul_table is None:
+        return None
+    scale = hardware.matmul_flops["bf16"] / matmul_table.H100_BF16
+    table = hardware.matmul_table
+
+    def rate(b: int, m: int, n: int, k: int, kind: str) -> float | None:
+        found = matmul_table.dot_rate(table, b, m, n, k, kind)
+        return None if found is None else found * scale
+
+    return rate

@@ -3,13 +3,7 @@
 import pytest
 from playwright.sync_api import sync_playwright
 
-from helpers import chromium, served
-
-# Chromium must not reach out on its own: this machine has no network but the loopback.
-CHROMIUM_FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+from helpers import CHROMIUM_FLAGS, chromium, served
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The built site in a real browser: Playwright drives a local Chromium against 127.0.0.1."""
 
+import concurrent.futures
 import pathlib
 import re
 import shutil
@@ -7,6 +8,9 @@ import urllib.parse
 
 import nbformat
 import pytest
+from playwright.sync_api import sync_playwright
+
+from helpers import CHROMIUM_FLAGS, chromium
 
 # The two widths of the tour, and the pages Sphinx generates (not written as pages).
 DESKTOP, PHONE = 1400, 390
@@ -224,45 +228,67 @@ def tour(browser, base_url, site_dir):
     screen in the other three views (a whole page at 1400 px took a quarter of the tour's
     time, as the dark theme's did; the checks above run on the whole page in every view).
     Under ``("problems", width, theme)`` it records each view's console errors, page
-    errors, failed and off-site requests.
+    errors, failed and off-site requests. The views run two at a time, in two Chromiums
+    (the second in its own thread, with its own Playwright): each view's pages one after
+    another as before, the two halves side by side on the machine's cores.
     """
     shots = site_dir.parent / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir()
+    pages = _content_pages(site_dir)
+    # Each half holds one whole-page view (light, phone) or the networkidle one (light, desktop).
+    halves = ([("light", PHONE), ("dark", DESKTOP)], [("light", DESKTOP), ("dark", PHONE)])
+
+    def second_half() -> dict:
+        with sync_playwright() as playwright:
+            other = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+            try:
+                return _tour_views(other, base_url, pages, halves[1], shots)
+            finally:
+                other.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        later = pool.submit(second_half)
+        seen = _tour_views(browser, base_url, pages, halves[0], shots)
+        seen.update(later.result())
+    return seen
+
+
+def _tour_views(browser, base_url: str, pages: list[str], views, shots: pathlib.Path) -> dict:
+    """The tour's records (see ``tour``) of every page in each of ``views``, ``(theme, width)`` pairs."""
     seen = {}
-    for theme in ("light", "dark"):
-        for width in (DESKTOP, PHONE):
-            context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
-            page = context.new_page()
-            problems = []
-            _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
-            for name in _content_pages(site_dir):
-                # The first view waits for the network to go quiet, so that a late request
-                # (off-site, or failing) is seen; the others need the page loaded.
-                first_view = (theme, width) == ("light", DESKTOP)
-                page.goto(base_url + name, wait_until="networkidle" if first_view else "load")
-                seen[name, width, theme] = {
-                    "title": page.title(),
-                    "theme": page.evaluate("document.documentElement.dataset.theme"),
-                    "overflowing": page.evaluate(_OVERFLOWING),
-                    "widths": page.evaluate("[document.documentElement.scrollWidth, "
-                                            "document.documentElement.clientWidth]"),
-                    "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
-                                     .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
-                }
-                _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}",
-                            whole=(theme, width) == ("light", PHONE))
-                if (theme, width) == ("light", PHONE):  # each table header, as a phone wraps it
-                    seen[name, width, theme]["headers"] = page.evaluate(_HEADERS)
-                if theme == "light":
-                    seen[name, width, theme]["navigation"] = _open_navigation(
-                        page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav")
-                if width == DESKTOP:  # the folded code too, opened as a reader would
-                    page.evaluate("document.querySelectorAll('article details')"
-                                  ".forEach(d => { d.open = true; })")
-                    seen[name, width, theme]["code"] = page.evaluate(_WIDE_CODE)
-            seen["problems", width, theme] = problems
-            context.close()
+    for theme, width in views:
+        context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
+        page = context.new_page()
+        problems = []
+        _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
+        for name in pages:
+            # The first view waits for the network to go quiet, so that a late request
+            # (off-site, or failing) is seen; the others need the page loaded.
+            first_view = (theme, width) == ("light", DESKTOP)
+            page.goto(base_url + name, wait_until="networkidle" if first_view else "load")
+            seen[name, width, theme] = {
+                "title": page.title(),
+                "theme": page.evaluate("document.documentElement.dataset.theme"),
+                "overflowing": page.evaluate(_OVERFLOWING),
+                "widths": page.evaluate("[document.documentElement.scrollWidth, "
+                                        "document.documentElement.clientWidth]"),
+                "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
+                                 .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
+            }
+            _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}",
+                        whole=(theme, width) == ("light", PHONE))
+            if (theme, width) == ("light", PHONE):  # each table header, as a phone wraps it
+                seen[name, width, theme]["headers"] = page.evaluate(_HEADERS)
+            if theme == "light":
+                seen[name, width, theme]["navigation"] = _open_navigation(
+                    page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav")
+            if width == DESKTOP:  # the folded code too, opened as a reader would
+                page.evaluate("document.querySelectorAll('article details')"
+                              ".forEach(d => { d.open = true; })")
+                seen[name, width, theme]["code"] = page.evaluate(_WIDE_CODE)
+        seen["problems", width, theme] = problems
+        context.close()
     return seen
 
 

@@ -125,9 +125,9 @@ def test_on_a_gpu_the_fused_attention_is_pallas_triton_kernel_and_its_flops_are_
     text = _compiled_text("h100", "fused")
     names = re.findall(r'name = "(mha_\w+)"', text)
     assert {"mha_forward", "mha_backward"} <= set(names)
-    counted = sum(count * flops.get("bf16", 0) for count, flops, _ in roofline.kernels(text)["kernels"])
+    counted = sum(count * flops.get("bf16", 0) for count, flops, *_ in roofline.kernels(text)["kernels"])
     without = sum(count * flops.get("bf16", 0)
-                  for count, flops, _ in roofline.kernels(re.sub(r'name = "mha_', 'name = "other_', text))["kernels"])
+                  for count, flops, *_ in roofline.kernels(re.sub(r'name = "mha_', 'name = "other_', text))["kernels"])
     # Two layers, one sequence of 256 tokens, 2 heads of 128: the forward's 2 products and the
     # backward's 7, each 2 * seq * seq * head_dim FLOPs per head, half of them (causal).
     per_product = 2 * 256 * 256 * 128 * 2 // 2

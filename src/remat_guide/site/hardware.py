@@ -13,7 +13,7 @@ import pandas as pd
 
 from remat_guide import models
 from remat_guide.site.stored import compile_ahead
-from remat_guide.targets import device_bytes, estimate_step, place
+from remat_guide.targets import device_bytes, estimate_step, kernel_rates, place
 
 __all__ = ["FOLDER", "MEASUREMENT", "POLICIES", "TIMED", "autotuning_growth", "comparison", "host_link", "measurement"]
 
@@ -68,8 +68,9 @@ def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = ME
         ``peak_bytes`` (XLA's, ahead of time), ``measured_peak``, ``memory_ratio``
         (``device_bytes / measured_peak``), ``estimated_seconds``, ``measured_seconds``
         (``NaN`` where no time was measured), ``estimated_ratio``, ``measured_ratio``,
-        ``overlapped_seconds`` (host transfers overlapped as the schedule allows) and the
-        estimate's parts ``compute_seconds``, ``memory_seconds``, ``transfer_seconds``.
+        ``overlapped_seconds`` (host transfers overlapped as the schedule allows), the
+        estimate's parts ``compute_seconds``, ``memory_seconds``, ``transfer_seconds``, and
+        ``roofline_seconds``: the plain roofline's estimate (``kernel_rates(plain=True)``).
     """
     found, timed_file = measurement(), measurement(timing)
     rows = []
@@ -88,7 +89,8 @@ def comparison(configs: tuple[str, ...] | None = None, timing: pathlib.Path = ME
                 "estimated_seconds": estimate.seconds, "overlapped_seconds": estimate.overlapped_seconds,
                 "measured_seconds": None if timed is None else timed["step_ms_median"] / 1e3,
                 "compute_seconds": estimate.compute_seconds, "memory_seconds": estimate.memory_seconds,
-                "transfer_seconds": estimate.transfer_seconds})
+                "transfer_seconds": estimate.transfer_seconds,
+                "roofline_seconds": estimate_step(compiled.kernels, "h200", kernel_rates("h200", plain=True)).seconds})
     frame = pd.DataFrame(rows)
     frame["memory_ratio"] = frame["device_bytes"] / frame["measured_peak"]
     for column, ratio in (("estimated_seconds", "estimated_ratio"), ("measured_seconds", "measured_ratio")):

@@ -30,7 +30,7 @@ class StoredCompile:
     @property
     def matmul_flops(self) -> int:
         """The FLOPs of its kernels' matrix multiplications, each loop body once per iteration."""
-        return sum(count * sum(kinds.values()) for count, kinds, _ in self.kernels["kernels"])
+        return sum(count * sum(kinds.values()) for count, kinds, *_ in self.kernels["kernels"])
 
     def memory_analysis(self) -> Any:
         """Every size of ``compiled.memory_analysis()``, as attributes (``temp_size_in_bytes``, ...)."""
