@@ -93,17 +93,17 @@ Matmul kernels reach about 70% of the dense tensor-core peak on large shapes; st
 kernels about 90% of the HBM bandwidth; and ``jax.device_put`` between an H200's memory
 and pinned host memory moved 52.8 GB/s of PCIe Gen5's 64 GB/s each way (measured on
 2026-11-27, see ``docs/_hardware/``): 82.5%. On a GPU with a measured matmul table
-(:attr:`Hardware.matmul_table`) each dot runs at the table's rate for its shape instead;
+(the ``matmul_table`` of :class:`Hardware`) each dot runs at the table's rate for its shape instead;
 the 70% stays for the matmuls no table times. A TPU target gets the same shares of its
 own rates: GPU figures, which no TPU run has checked.
 """
 
 GPU_KERNEL_LAUNCH_SECONDS = 1e-6
-"""The fixed cost of each kernel on a GPU: XLA's own figure (``kKernelLaunchOverhead`` in
+"""The fixed cost of each kernel on a GPU, XLA's own figure (``kKernelLaunchOverhead`` in
 ``xla/service/gpu/model/gpu_performance_model_base.h``)."""
 
 GPU_MEMORY_COMPUTE_PARALLELISM = 0.95
-"""How much of a GPU kernel's shorter part (matmul or memory) hides behind its longer: XLA's
+"""The share of a GPU kernel's shorter part (matmul or memory) that hides behind its longer, XLA's
 own figure (``kMemoryComputeParallelism``, same file), so a kernel takes its longer part
 plus 5% of its shorter. A TPU kernel takes its longer part (a roofline)."""
 
@@ -569,7 +569,7 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     the device's matrix rate, and the bytes it reads and writes at the HBM bandwidth. Each
     rate is the target's published figure (:class:`Hardware`) times :data:`EFFICIENCY`,
     except that on an H100, H100 PCIe or H200 each dot runs at the rate XLA measured for
-    its shape on an H100 (:attr:`Hardware.matmul_table`). On a TPU a kernel takes the
+    its shape on an H100 (the ``matmul_table`` of :class:`Hardware`). On a TPU a kernel takes the
     longer of its two times (a roofline); on a GPU, as XLA's own performance model has
     it, the longer plus 5% of the shorter, plus 1 µs to launch it
     (:data:`GPU_MEMORY_COMPUTE_PARALLELISM`, :data:`GPU_KERNEL_LAUNCH_SECONDS`). The

@@ -260,6 +260,24 @@ def test_an_entry_kept_before_the_store_held_its_transfers_schedule_is_compiled_
     assert not store.outdated(entry, "cuda")
 
 
+def test_a_gpu_entry_kept_before_its_kernels_held_their_dots_shapes_is_compiled_again(site_store, capsys):
+    compile_ahead(offloading_lowered(), "h100")
+    make_figures(site_store)
+    (key, entry), = store.load(site_store / "store").items()
+    assert all(len(row) == 4 for row in entry["kernels"]["kernels"])
+    assert any(row[3] for row in entry["kernels"]["kernels"])  # the matmuls' shapes
+    # The entry as the store kept it before shapes: three figures per kernel.
+    kernels = {**entry["kernels"], "kernels": [row[:3] for row in entry["kernels"]["kernels"]]}
+    old = {**entry, "kernels": kernels}
+    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
+    store.load.cache_clear()
+    assert store.outdated(store.load(site_store / "store")[key], "cuda")
+    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
+    assert "1 lack a figure the pages now read" in capsys.readouterr().out
+    make_figures(site_store)
+    assert store.load(site_store / "store")[key] == entry
+
+
 def test_a_tpu_entry_kept_before_the_store_held_its_kernels_is_compiled_again(site_store, capsys):
     compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
     make_figures(site_store)
