@@ -571,7 +571,7 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     except that on an H100, H100 PCIe or H200 each dot runs at the rate XLA measured for
     its shape on an H100 (the ``matmul_table`` of :class:`Hardware`). On a TPU a kernel takes the
     longer of its two times (a roofline); on a GPU, as XLA's own performance model has
-    it, the longer plus 5% of the shorter, plus 1 µs to launch it
+    it, the longer plus 5% of the shorter, plus a microsecond to launch it
     (:data:`GPU_MEMORY_COMPUTE_PARALLELISM`, :data:`GPU_KERNEL_LAUNCH_SECONDS`). The
     kernels run one after another; then the bytes moved to and from host memory cross
     the host link, overlapped with nothing: ``seconds``. :func:`kernel_rates` gives the
