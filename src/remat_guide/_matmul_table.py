@@ -7,13 +7,12 @@ import itertools
 import math
 import pathlib
 
-__all__ = ["H100_BF16", "TABLES", "dot_rate"]
+__all__ = ["TABLES", "dot_rate"]
 
 _FOLDER = pathlib.Path(__file__).resolve().parent / "data"
-TABLES = {"sm_90": "xla-sm90-matmul.txt"}
-"""The tables this package carries, by XLA's key: ``"sm_90"``, measured by XLA on an NVIDIA H100 (SXM)."""
-H100_BF16 = 989.5e12
-"""The H100 SXM's dense bfloat16 peak (datasheet), against which a target's own peak scales the ``sm_90`` table."""
+TABLES = {"sm_90": ("xla-sm90-matmul.txt", "h100")}
+"""The tables this package carries, by XLA's key, each with its file and the target it was measured on:
+``"sm_90"``, measured by XLA on an NVIDIA H100 (SXM)."""
 _KINDS = ("bf16", "f32")  # the table's columns: bf16 (float16 runs at its rate) and f32 (TF32)
 _RANGES = ((1, 4), (256, 4096), (256, 4096), (256, 4096))  # b, m, n, k: the sizes the table was measured at
 
@@ -22,7 +21,7 @@ _RANGES = ((1, 4), (256, 4096), (256, 4096), (256, 4096))  # b, m, n, k: the siz
 def _table(name: str) -> dict[tuple[int, int, int, int], dict[str, float]]:
     """A table's FLOP/s by ``(b, m, n, k)`` and operand kind."""
     rows = {}
-    for line in (_FOLDER / TABLES[name]).read_text(encoding="utf-8").splitlines():
+    for line in (_FOLDER / TABLES[name][0]).read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
             b, m, n, k, bf16, f32 = (int(value) for value in line.split())
             rows[(b, m, n, k)] = {"bf16": float(bf16), "f32": float(f32)}

@@ -167,8 +167,12 @@ def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[s
         return {}
     operand = lhs.arrays[0]
     contracted = math.prod(operand.dims[d] for d in _dims(dot.attributes, "lhs_contracting_dims"))
-    kind = _MATMUL_KINDS.get("f8" if operand.dtype.startswith("f8") else operand.dtype, "f32")
-    return {kind: 2 * math.prod(dot.arrays[0].dims) * contracted}
+    return {_matmul_kind(operand.dtype): 2 * math.prod(dot.arrays[0].dims) * contracted}
+
+
+def _matmul_kind(dtype: str) -> str:
+    """The dtype class a matmul's FLOPs count under, from its left operand's dtype."""
+    return _MATMUL_KINDS.get("f8" if dtype.startswith("f8") else dtype, "f32")
 
 
 _Shape = tuple[int, int, int, int, str]  # a dot's batch, rows, columns, contracted size and dtype class
@@ -184,8 +188,8 @@ def _dot_shape(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> _Shape
     skipped = set(_dims(dot.attributes, "rhs_batch_dims")) | set(_dims(dot.attributes, "rhs_contracting_dims"))
     rows = math.prod(size for d, size in enumerate(left) if d not in batch and d not in contracted)
     columns = math.prod(size for d, size in enumerate(right) if d not in skipped)
-    kind = _MATMUL_KINDS.get("f8" if lhs.arrays[0].dtype.startswith("f8") else lhs.arrays[0].dtype, "f32")
-    return (math.prod(left[d] for d in batch), rows, columns, math.prod(left[d] for d in contracted), kind)
+    return (math.prod(left[d] for d in batch), rows, columns, math.prod(left[d] for d in contracted),
+            _matmul_kind(lhs.arrays[0].dtype))
 
 
 def _taps(out: int, window: int, stride: int, low: int, size: int, dilation: int, window_dilation: int) -> int:
@@ -769,9 +773,17 @@ class Rates:
         return matmul, device / self.memory_bandwidth
 
     def kernel(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = ()) -> float:
-        """One kernel's time: its launch, then its longer part and what of its shorter does not hide."""
-        matmul, memory = self.parts(flops, device, shapes)
+        """One kernel's time (see :meth:`combined`)."""
+        return self.combined(*self.parts(flops, device, shapes))
+
+    def combined(self, matmul: float, memory: float) -> float:
+        """A kernel's time from its parts: its launch, then its longer part and what of its shorter does not hide."""
         return self.launch_seconds + max(matmul, memory) + (1 - self.parallelism) * min(matmul, memory)
+
+
+def _row(row: Sequence[Any]) -> tuple[int, Mapping[str, int], int, Sequence[Sequence[Any]]]:
+    """A kernel row of :func:`kernels` as its count, FLOPs, bytes and dots' shapes (none on a TPU)."""
+    return row[0], row[1], row[2], row[3] if len(row) > 3 else ()
 
 
 def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
@@ -787,7 +799,8 @@ def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
     for item in schedule["computations"][name]:
         kind = item[0]
         if kind == "kernels":
-            now += sum(row[0] * rates.kernel(row[1], row[2], row[3] if len(row) > 3 else ()) for row in item[1])
+            now += sum(count * rates.kernel(flops, device, shapes)
+                       for count, flops, device, shapes in map(_row, item[1]))
         elif kind == "run":
             now += item[2] * _overlapped(schedule, item[1], rates)
         elif kind == "start":
@@ -812,13 +825,11 @@ def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
     resource alone, summed) and ``transfer_seconds`` (the host link, out and back).
     """
     kernel = compute = memory = 0.0
-    for row in figures["kernels"]:
-        count, flops, device = row[:3]
-        shapes = row[3] if len(row) > 3 else ()
+    for count, flops, device, shapes in map(_row, figures["kernels"]):
         matmul, moved = rates.parts(flops, device, shapes)
         compute += count * matmul
         memory += count * moved
-        kernel += count * rates.kernel(flops, device, shapes)
+        kernel += count * rates.combined(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / rates.host_bandwidth
     schedule = figures.get("schedule")
     overlapped = _overlapped(schedule, schedule["entry"], rates) if schedule else kernel + transfer

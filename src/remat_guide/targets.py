@@ -684,8 +684,9 @@ def _dot_rate(hardware: Hardware) -> Any:
     """A dot's FLOP/s by its shape from the hardware's matmul table, scaled to its bf16 peak; ``None`` without one."""
     if hardware.matmul_table is None:
         return None
-    scale = hardware.matmul_flops["bf16"] / matmul_table.H100_BF16
     table = hardware.matmul_table
+    measured_on = TARGETS[matmul_table.TABLES[table][1]].hardware
+    scale = hardware.matmul_flops["bf16"] / measured_on.matmul_flops["bf16"]
 
     def rate(b: int, m: int, n: int, k: int, kind: str) -> float | None:
         found = matmul_table.dot_rate(table, b, m, n, k, kind)
