@@ -111,7 +111,7 @@ def by_op(events, steps: int) -> dict:
     """Kernel time per HLO instruction and per step, the step's span on the device, and its busy time."""
     ops: dict = collections.defaultdict(lambda: [0, 0, ""])
     for module, op, kernel, _, duration, _ in events:
-        entry = ops[op or kernel]
+        entry = ops[kernel if not op or op.startswith("command_buffer") else op]
         entry[0] += duration
         entry[1] += 1
         entry[2] = entry[2] or kernel[:120]
@@ -236,7 +236,9 @@ def profiled(stage: str, hlo_dir: pathlib.Path) -> None:
     """Each program of ``stage``: compile (XLA's defaults), time, trace; one RESULT line each as it finishes."""
     import jax
 
-    for name in PROGRAMS[stage]:
+    # PROFILE_PROGRAMS="wide:none,full;llama1b:full" runs those policies of those stages instead.
+    chosen = dict(part.split(":") for part in os.environ.get("PROFILE_PROGRAMS", "").split(";") if part)
+    for name in chosen[stage].split(",") if stage in chosen else PROGRAMS[stage]:
         record = {"stage": stage, "policy": name}
         try:
             start = time.perf_counter()
@@ -308,6 +310,7 @@ def main() -> int:
                        PYTHONUNBUFFERED="1")
     found = {"what": __doc__.splitlines()[0], "measured_on": datetime.date.today().isoformat(),
              "nvidia_smi": nvidia_smi(), "versions": versions(), "python": sys.version.split()[0],
+             "xla_flags": os.environ.get("XLA_FLAGS", ""), "programs_chosen": os.environ.get("PROFILE_PROGRAMS", ""),
              "method": "benchmarks/profile_on_gpu.py: each stage in a fresh process, XLA_PYTHON_CLIENT_PREALLOCATE="
                        "false, XLA_PYTHON_CLIENT_MEM_FRACTION=0.92, compiled with XLA's defaults (autotuning on); "
                        "kernel durations from jax.profiler (CUPTI) device events, per step",

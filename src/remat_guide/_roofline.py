@@ -29,6 +29,7 @@ _FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "afte
          "replica-id", "opt-barrier", "copy-done", "fusion-done", "async-done", "send-done", "recv-done",
          "all-reduce-done", "all-gather-done", "collective-permute-done", "add-dependency", "domain"}
 _SLICES = {"dynamic-slice", "slice"}
+_GEMM = re.compile(r'custom_call_target="__cublas\$(?:gemm|lt\$matmul)')
 _MATMUL_KINDS = {"f8": "f8", "f16": "bf16", "bf16": "bf16", "f32": "f32", "f64": "f64", "s8": "int8",
                  "u8": "int8"}
 
@@ -160,13 +161,26 @@ def _dims(attributes: str, key: str) -> tuple[int, ...]:
     return tuple(int(d) for d in match.group(1).split(",") if d) if match else ()
 
 
+def _is_gemm(instruction: _Instruction) -> bool:
+    """Whether an instruction is a cuBLAS matmul: what XLA makes of a dot when it autotunes on a GPU."""
+    return instruction.opcode == "custom-call" and _GEMM.search(instruction.attributes) is not None
+
+
+def _dot_dims(dot: _Instruction, key: str) -> tuple[int, ...]:
+    """One of a dot's dimension lists (``lhs_contracting`` ...), from a dot or from a cuBLAS call's backend config."""
+    if dot.opcode == "dot":
+        return _dims(dot.attributes, f"{key}_dims")
+    match = re.search(rf'"{key}_dimensions":\[([^\]]*)\]', dot.attributes)
+    return tuple(int(d.strip('" ')) for d in match.group(1).split(",") if d.strip('" ')) if match else ()
+
+
 def _dot_flops(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
-    """A dot's FLOPs, 2 per multiply-add, under the dtype class of its left operand."""
+    """A dot's FLOPs (or a cuBLAS matmul's), 2 per multiply-add, under the dtype class of its left operand."""
     lhs = by_name.get(dot.operands[0]) if dot.operands else None
     if lhs is None or not lhs.arrays or not dot.arrays:
         return {}
     operand = lhs.arrays[0]
-    contracted = math.prod(operand.dims[d] for d in _dims(dot.attributes, "lhs_contracting_dims"))
+    contracted = math.prod(operand.dims[d] for d in _dot_dims(dot, "lhs_contracting"))
     return {_matmul_kind(operand.dtype): 2 * math.prod(dot.arrays[0].dims) * contracted}
 
 
@@ -184,8 +198,8 @@ def _dot_shape(dot: _Instruction, by_name: Mapping[str, _Instruction]) -> _Shape
     if lhs is None or rhs is None or not lhs.arrays or not rhs.arrays:
         return None
     left, right = lhs.arrays[0].dims, rhs.arrays[0].dims
-    batch, contracted = _dims(dot.attributes, "lhs_batch_dims"), _dims(dot.attributes, "lhs_contracting_dims")
-    skipped = set(_dims(dot.attributes, "rhs_batch_dims")) | set(_dims(dot.attributes, "rhs_contracting_dims"))
+    batch, contracted = _dot_dims(dot, "lhs_batch"), _dot_dims(dot, "lhs_contracting")
+    skipped = set(_dot_dims(dot, "rhs_batch")) | set(_dot_dims(dot, "rhs_contracting"))
     rows = math.prod(size for d, size in enumerate(left) if d not in batch and d not in contracted)
     columns = math.prod(size for d, size in enumerate(right) if d not in skipped)
     return (math.prod(left[d] for d in batch), rows, columns, math.prod(left[d] for d in contracted),
@@ -349,7 +363,7 @@ class _Program:
         """The shapes of the dots a GPU kernel runs (see :func:`_dot_shape`); none on a TPU, whose figures keep none."""
         if self.tpu:
             return ()
-        if instruction.opcode == "dot":
+        if instruction.opcode == "dot" or _is_gemm(instruction):
             found = [_dot_shape(instruction, self.by_name.get(computation, {}))]
         else:
             called = _CALLS.findall(instruction.attributes)
@@ -484,6 +498,10 @@ class _Program:
             return (self.matmul_flops(called[0]), *self.fused_bytes(instruction, called[0]))
         if opcode == "copy-start" and instruction.arrays:
             return ({}, *self.copy_bytes(instruction, by_name))
+        if _is_gemm(instruction):  # its result, without the scratch workspace cuBLAS is given
+            device, host_out, host_in = self.plain_bytes(instruction, by_name)
+            scratch = sum(a.nbytes for a in instruction.arrays[1:] if a.dtype == "s8")
+            return _dot_flops(instruction, by_name), device - scratch, host_out, host_in
         flops = (_dot_flops(instruction, by_name) if opcode == "dot" else
                  _conv_flops(instruction, by_name) if opcode == "convolution" else
                  _attention_flops(instruction, by_name) if opcode == "custom-call" and not self.once else {})
@@ -575,19 +593,21 @@ class _Program:
         return []
 
     def walk(self, computation: str, times: int, seen: frozenset = frozenset(),
-             into: collections.Counter | None = None) -> None:
-        """Counts the kernels of ``computation`` run ``times`` times, in ``into`` (``self.found`` by default)."""
+             into: collections.Counter | None = None, named: bool = False) -> None:
+        """Counts the kernels of ``computation`` run ``times`` times, in ``into`` (``self.found`` by default);
+        with ``named``, each kernel apart, its key led by its instruction's name."""
         found = self.found if into is None else into
         for instruction in self.computations.get(computation, []):
             for name, trips in self.called(instruction, seen, computation):
-                self.walk(name, times * trips, seen | {computation}, found)
+                self.walk(name, times * trips, seen | {computation}, found, named)
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue
             flops, device, host_out, host_in = cost
             self.host_out += times * host_out
             self.host_in += times * host_in
-            found[(tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))] += times
+            key = (tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))
+            found[(instruction.name, *key) if named else key] += times
 
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
         """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` without host traffic.
@@ -728,6 +748,21 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
         figures["schedule"] = {"entry": program.entry, "computations": {
             name: items for name, items in sorted(program.schedules.items()) if items is not None}}
     return figures
+
+
+def named_kernels(text: str, platform: str = "cuda") -> list[list[Any]]:
+    """Each kernel of :func:`kernels` apart, by its instruction's name (the ``hlo_op`` of a profiler's events).
+
+    Returns:
+        ``[[name, count, {dtype: flops}, device_bytes, shapes], ...]`` in the program's
+        order, ``count`` the runs per step and ``shapes`` as in :func:`kernels` (empty on
+        a TPU); an instruction in several loop bodies or calls has one row for each.
+    """
+    program = _Program(text, tpu=platform == "tpu")
+    found: collections.Counter = collections.Counter()
+    program.walk(program.entry, 1, into=found, named=True)
+    return [[name, count, dict(flops), device, [list(dot) for dot in dots] if platform != "tpu" else []]
+            for (name, flops, device, dots), count in found.items()]
 
 
 def matmul_flops_once(text: str, platform: str = "cuda") -> int:

@@ -24,8 +24,8 @@ from remat_guide._cache import captured_stderr, target_figures, unrun_options
 from remat_guide._jax_internals import file_names_only
 
 __all__ = ["EFFICIENCY", "GPU_KERNEL_LAUNCH_SECONDS", "GPU_MEMORY_COMPUTE_PARALLELISM", "TARGETS", "Estimate",
-           "Hardware", "Target", "device_bytes", "estimate_step", "kernel_rates", "lowering_for", "place", "target",
-           "target_devices", "usable_bytes"]
+           "Hardware", "KernelTime", "Target", "device_bytes", "estimate_step", "kernel_rates", "kernel_times",
+           "lowering_for", "place", "target", "target_devices", "usable_bytes"]
 
 _TPU_EXTRA = "pip install '.[tpu]' in a clone of remat-guide (or: pip install libtpu==0.0.51)"
 _GPU_EXTRA = ("pip install '.[gpu]' in a clone of remat-guide (or: pip install jax-cuda12-plugin==0.12.0.1 "
@@ -84,6 +84,30 @@ class Estimate:
     compute_seconds: float
     memory_seconds: float
     transfer_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTime:
+    """One kernel of a compiled program and its estimated time per step (see :func:`kernel_times`).
+
+    Attributes:
+        name: The instruction that launches it, as ``compiled.as_text()`` and the
+            ``hlo_op`` of ``jax.profiler``'s device events name it.
+        count: How many times one step runs it (a loop body's kernels once per iteration).
+        seconds: Its estimated time over the whole step: ``count`` runs.
+        matmul_seconds: The matmul part of ``seconds`` alone.
+        memory_seconds: The device-memory part of ``seconds`` alone.
+        flops: Its matmul FLOPs over the step.
+        device_bytes: The device-memory bytes it reads and writes over the step.
+    """
+
+    name: str
+    count: int
+    seconds: float
+    matmul_seconds: float
+    memory_seconds: float
+    flops: int
+    device_bytes: int
 
 
 EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
@@ -648,6 +672,56 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     if rates is not None and not isinstance(rates, roofline.Rates):
         raise TypeError(f"rates must be what kernel_rates returns, got {type(rates).__name__}")
     return Estimate(**roofline.step_seconds(figures, rates or kernel_rates(chosen)))
+
+
+def kernel_times(program: Any, name: str | Target, rates: roofline.Rates | None = None) -> list[KernelTime]:
+    """Each kernel's share of :func:`estimate_step`'s ``kernel_seconds``, longest first: to hold against a profile.
+
+    A profile of the program on the device (``jax.profiler``; the ``hlo_op`` of each
+    device event) names the same instructions, so that each kernel's estimate can be
+    compared with its measured duration. Host transfers are not kernels and are left out.
+
+    Args:
+        program: What XLA compiled for ``name``: a ``jax.stages.Compiled`` or its text
+            (``compiled.as_text()``); a program compiled on the device itself will do.
+        name: A target (see :data:`TARGETS`).
+        rates: What to time the kernels at; :func:`kernel_rates` of ``name`` by default.
+
+    Returns:
+        One :class:`KernelTime` per instruction (per loop body or call it sits in), longest first.
+
+    Raises:
+        TypeError: If ``program`` is neither.
+        ValueError: If ``name`` is unknown.
+
+    Examples:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from remat_guide.targets import estimate_step, kernel_times, place
+        >>> w, x = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "h100")
+        >>> compiled = jax.jit(lambda w, x: jnp.tanh(x @ w)).lower(w, x).compile()
+        >>> times = kernel_times(compiled, "h100")
+        >>> [(t.count, t.flops, t.matmul_seconds > t.memory_seconds) for t in times]
+        [(1, 137438953472, True)]
+        >>> sum(t.seconds for t in times) == estimate_step(compiled, "h100").kernel_seconds
+        True
+    """
+    chosen = target(name)
+    if isinstance(program, str):
+        text = program
+    elif hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
+        text = program.as_text()
+    else:
+        raise TypeError(f"program must be a compiled program or its text, got {type(program).__name__}")
+    if rates is not None and not isinstance(rates, roofline.Rates):
+        raise TypeError(f"rates must be what kernel_rates returns, got {type(rates).__name__}")
+    rates = rates or kernel_rates(chosen)
+    found = []
+    for instruction, count, flops, device, shapes in roofline.named_kernels(text, chosen.platform):
+        matmul, memory = rates.parts(flops, device, shapes)
+        found.append(KernelTime(instruction, count, count * rates.combined(matmul, memory), count * matmul,
+                                count * memory, count * sum(flops.values()), count * device))
+    return sorted(found, key=lambda kernel: (-kernel.seconds, kernel.name))
 
 
 def kernel_rates(name: str | Target, plain: bool = False) -> roofline.Rates:
