@@ -624,7 +624,9 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
-            (``compiled.as_text()``), or the kernels the figure store keeps for it.
+            (``compiled.as_text()``), or the kernels the figure store keeps for it;
+            compiled ahead of time, or on the GPU itself, where autotuning hands most dots
+            to cuBLAS (their calls count as dots).
         name: A target (see :data:`TARGETS`).
         rates: What to time the kernels at; :func:`kernel_rates` of ``name`` by default.
 
