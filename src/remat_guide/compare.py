@@ -552,7 +552,9 @@ def recommend_policy(
     The estimate is a model with host copies after the kernels, not overlapped; its error
     against an H200's measured steps, program by program, is on the guide's page on time
     on accelerators, and two policies whose estimates are closer than that error are not
-    ranked by it, whichever the pick names.
+    ranked by it, whichever the pick names. Copies can hide: at a 70B model's width an
+    H200 hid most of those of the query, key and value (the guide's page on kernels), so
+    the estimate is pessimistic for small offloads.
 
     On a GPU, XLA's defaults autotune kernels, and autotuning can change the plan: on an
     H200, arguments + outputs + temporary memory with autotuning were up to 10% above the

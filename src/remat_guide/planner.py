@@ -226,7 +226,9 @@ def plan_names(
     (:func:`remat_guide.planner.cost`). On a GPU target the cost is the estimated step
     time (``step_seconds``), in which an offloaded value costs its trip to host memory
     and back, after the kernels (not overlapped; its error against an H200's measured steps
-    is on the guide's page on time on accelerators); on a TPU target (where no run has
+    is on the guide's page on time on accelerators, and at a 70B model's width an H200 hid
+    most of the copies of the query, key and value, so small offloads cost less than
+    this); on a TPU target (where no run has
     checked the estimate) and on this
     machine, it is the true FLOPs, which say what is recomputed but not how long a step takes. Costs
     within ``flops_tolerance`` (0.5%) of the least count as equal: keeping and
