@@ -50,9 +50,12 @@ PROGRAMS = {
     "llama1b": ("full", "minimal"),
     "wide": ("none", "full", "minimal", "minimal_offloaded"),
     "large_bf16": ("none", "nothing_saveable", "offload_dot_with_no_batch_dims"),
+    "xl_bf16": ("none", "nothing_saveable"),
 }
 # Seconds each stage may take at most (the run's budget caps the last ones).
-STAGE_LIMITS = {"micro": 75, "large": 100, "llama1b": 130, "wide": 220, "large_bf16": 80}
+STAGE_LIMITS = {"micro": 75, "large": 100, "llama1b": 130, "wide": 220, "large_bf16": 80, "xl_bf16": 100}
+# Run by default: every stage but xl_bf16 (the 0.8 B model, profiled on request).
+DEFAULT_STAGES = ("micro", "large", "llama1b", "wide", "large_bf16")
 WIDE = dict(layers=4, batch=1, seq=4096)
 MATMULS = [(1, s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)] + [
     (1, 8192, 1024, 1024), (1, 8192, 4096, 1024), (1, 8192, 1024, 4096),  # the 8-layer model's projections
@@ -140,14 +143,21 @@ def micro() -> dict:
     import jax
     import jax.numpy as jnp
 
+    # MICRO_DATA=random fills the matrices with normal samples instead of ones (which draw less power).
+    random = os.environ.get("MICRO_DATA", "ones") == "random"
+    key = jax.random.key(0)
+
+    def filled(shape, dtype):
+        return jax.random.normal(key, shape, jnp.float32).astype(dtype) if random else jnp.ones(shape, dtype)
+
     jobs = []  # (label, function, arguments)
     for size in COPY_BYTES[: 3 if TINY else None]:
         x = jnp.ones((size // 4,), jnp.float32)
         jobs.append((f"copy_{size}", lambda x: x * 1.0001 + 1.0, (x,)))
     for dtype in ("bfloat16", "float32"):
         for b, m, n, k in MATMULS[: 3 if TINY else None]:
-            lhs = jnp.ones((b, m, k) if b > 1 else (m, k), dtype)
-            rhs = jnp.ones((b, k, n) if b > 1 else (k, n), dtype)
+            lhs = filled((b, m, k) if b > 1 else (m, k), dtype)
+            rhs = filled((b, k, n) if b > 1 else (k, n), dtype)
             jobs.append((f"dot_{dtype}_{b}x{m}x{n}x{k}", (lambda a, c: jnp.einsum("bmk,bkn->bmn", a, c)) if b > 1
                          else (lambda a, c: a @ c), (lhs, rhs)))
 
@@ -189,7 +199,7 @@ def program(stage: str, name: str):
     import jax.numpy as jnp
 
     models, _ = package_modules()
-    if stage in ("large", "large_bf16"):
+    if stage in ("large", "large_bf16", "xl_bf16"):
         sizes = dict(SIZES[stage])
         if TINY:
             sizes.update(layers=2, batch=1, seq=64, d_model=64, heads=2, mlp_dim=128)
@@ -295,7 +305,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("gpu-profile"))
     parser.add_argument("--budget-s", type=float, default=540)
-    parser.add_argument("--stages", default=",".join(STAGE_LIMITS))
+    parser.add_argument("--stages", default=",".join(DEFAULT_STAGES))
     parser.add_argument("--tiny", action="store_true", help="tiny sizes on any machine, to check the script")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -311,10 +321,11 @@ def main() -> int:
     found = {"what": __doc__.splitlines()[0], "measured_on": datetime.date.today().isoformat(),
              "nvidia_smi": nvidia_smi(), "versions": versions(), "python": sys.version.split()[0],
              "xla_flags": os.environ.get("XLA_FLAGS", ""), "programs_chosen": os.environ.get("PROFILE_PROGRAMS", ""),
+             "micro_data": os.environ.get("MICRO_DATA", "ones"),
              "method": "benchmarks/profile_on_gpu.py: each stage in a fresh process, XLA_PYTHON_CLIENT_PREALLOCATE="
                        "false, XLA_PYTHON_CLIENT_MEM_FRACTION=0.92, compiled with XLA's defaults (autotuning on); "
                        "kernel durations from jax.profiler (CUPTI) device events, per step",
-             "configs": {"large": SIZES["large"], "large_bf16": SIZES["large_bf16"],
+             "configs": {"large": SIZES["large"], "large_bf16": SIZES["large_bf16"], "xl_bf16": SIZES["xl_bf16"],
                          "llama1b": {"model": "1b", "batch": 1, "seq": 4096, "optimizer": "AdamW, float32 master"},
                          "wide": {"model": "70b", **WIDE, "param_dtype": "bfloat16", "what": "value_and_grad of "
                                   "decoder_loss (no optimizer)"}},
