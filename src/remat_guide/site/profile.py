@@ -22,6 +22,7 @@ FILES = {
     "wide-offload": "h200-2026-11-30-wide-offload",
     "retime": "h200-2026-11-30-retime",
     "kernels": "h200-2026-11-30-kernels",
+    "random": "h200-2026-11-30-random",
 }
 """The runs of ``benchmarks/profile_on_gpu.py`` on an H200 (``docs/_hardware``): each a JSON and its programs' HLO.
 
@@ -29,11 +30,13 @@ FILES = {
 the 70B width); ``wide-offload``: the 70B width again, with ``save_qkv_proj`` and
 ``qkv_proj_offloaded``; ``retime``: the 8-layer float32 ``offload_dot_with_no_batch_dims``
 and ``none`` timed again; ``kernels``: six programs with XLA's command buffers off, so
-that every kernel's profiler event names its HLO instruction.
+that every kernel's profiler event names its HLO instruction; ``random``: the single
+kernels again with the matrices on random data, and the 0.8 B model profiled as
+``kernels`` was.
 """
 
-STAGES = {"large": "8 layers, f32", "large_bf16": "8 layers, bf16", "llama1b": "Llama 3.2 1B step",
-          "wide": "70B width, 4 layers"}
+STAGES = {"large": "8 layers, f32", "large_bf16": "8 layers, bf16", "xl_bf16": "0.8 B, bf16",
+          "llama1b": "Llama 3.2 1B step", "wide": "70B width, 4 layers"}
 """Each profiled stage in words."""
 
 
@@ -103,10 +106,10 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
     return pd.DataFrame(rows)
 
 
-def kernel_summary(programs: tuple[tuple[str, str], ...], name: str = "kernels") -> pd.DataFrame:
-    """For each profiled ``(stage, policy)``: the step, the measured and estimated kernel time, by kind of kernel."""
+def kernel_summary(programs: tuple[tuple[str, str, str], ...]) -> pd.DataFrame:
+    """For each profiled ``(stage, policy, run)``: the step, the measured and estimated kernel time, by kind."""
     rows = []
-    for stage, policy in programs:
+    for stage, policy, name in programs:
         frame = kernel_comparison(stage, policy, name)
         record = _record(name, stage, policy)
         row = {"program": f"{STAGES[stage]}, {policy}", "step": record["step_ms_median"] / 1e3,
@@ -133,9 +136,9 @@ def memory(device: str = "h200") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def matmuls(device: str = "h200") -> pd.DataFrame:
-    """Each single matmul timed: its shape, measured FLOP/s, and XLA's H100 table's rate for the shape."""
-    found = run("profile")["micro"]
+def matmuls(name: str = "random", device: str = "h200") -> pd.DataFrame:
+    """Each single matmul timed in run ``name``: its shape, measured FLOP/s, and XLA's H100 table's rate for it."""
+    found = run(name)["micro"]
     scale = target(device).hardware.matmul_flops["bf16"] / target("h100").hardware.matmul_flops["bf16"]
     rows = []
     for label, entry in found.items():
