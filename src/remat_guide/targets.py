@@ -690,7 +690,7 @@ def kernel_times(program: Any, name: str | Target, rates: roofline.Rates | None 
         rates: What to time the kernels at; :func:`kernel_rates` of ``name`` by default.
 
     Returns:
-        One :class:`KernelTime` per instruction (per loop body or call it sits in), longest first.
+        One :class:`KernelTime` for each instruction in each loop body or call that holds it, longest first.
 
     Raises:
         TypeError: If ``program`` is neither.
