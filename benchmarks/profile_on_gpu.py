@@ -120,7 +120,7 @@ def by_op(events, steps: int) -> dict:
         entry[2] = entry[2] or kernel[:120]
     starts = [e[3] for e in events]
     ends = [e[3] + e[4] for e in events]
-    busy = sum(e[4] for e in events if not e[5].lower().startswith("memcpy"))
+    busy = sum(e[4] for e in events if not e[2].startswith("Memcpy"))  # copies to and from the host apart
     return {"span_ms": round((max(ends) - min(starts)) / 1e6 / steps, 4) if events else None,
             "kernel_ms": round(busy / 1e6 / steps, 4),
             "lines": sorted({e[5] for e in events}),

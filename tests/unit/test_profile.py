@@ -5,6 +5,10 @@ and the HLO of every program as the device compiled it, autotuning on: there XLA
 most dots to cuBLAS as custom calls, which the ahead-of-time programs never show.
 """
 
+import importlib.util
+import pathlib
+import sys
+
 import pytest
 
 from remat_guide.site import hardware, profile
@@ -40,3 +44,33 @@ def test_kernel_times_refuses_what_is_not_a_program():
         kernel_times(3, "h200")
     with pytest.raises(ValueError, match="target"):
         kernel_times("", "h300")
+
+
+@pytest.fixture(scope="module")
+def profile_script():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("profile_on_gpu", root / "benchmarks" / "profile_on_gpu.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    return module
+
+
+def test_the_profiling_script_names_a_kernel_by_its_instruction_or_inside_a_command_buffer_by_its_own_name(
+        profile_script):
+    # (module, hlo_op, kernel, start ns, duration ns, stream): two steps of three kernels and a copy.
+    events = [("jit_step", "fusion.1", "loop_add_fusion", 0, 4000, "Stream #14(Compute)"),
+              ("jit_step", "command_buffer_3", "gemm_fusion_dot", 5000, 10000, "Stream #14(Compute)"),
+              ("jit_step", "command_buffer_3", "loop_transpose_fusion", 15000, 6000, "Stream #14(Compute)"),
+              ("jit_step", "copy-start", "MemcpyD2H", 15000, 8000, "Stream #73(MemcpyD2H)")]
+    events += [(m, op, k, start + 100_000, d, line) for m, op, k, start, d, line in events]
+    found = profile_script.by_op(events, steps=2)
+    assert found["ops"]["fusion.1"][:2] == [4.0, 1.0]  # microseconds and runs per step
+    assert found["ops"]["gemm_fusion_dot"][:2] == [10.0, 1.0]
+    assert found["ops"]["loop_transpose_fusion"][:2] == [6.0, 1.0]
+    assert found["kernel_ms"] == pytest.approx(0.020)  # every kernel, the copy left out
+    assert found["span_ms"] == pytest.approx(0.0615)  # 123 microseconds over 2 steps
+    assert found["lines"] == ["Stream #14(Compute)", "Stream #73(MemcpyD2H)"]
