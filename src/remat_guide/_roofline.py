@@ -761,7 +761,7 @@ def named_kernels(text: str, platform: str = "cuda") -> list[list[Any]]:
     program = _Program(text, tpu=platform == "tpu")
     found: collections.Counter = collections.Counter()
     program.walk(program.entry, 1, into=found, named=True)
-    return [[name, count, dict(flops), device, [list(dot) for dot in dots] if platform != "tpu" else []]
+    return [[name, count, dict(flops), device, [list(dot) for dot in dots]]
             for (name, flops, device, dots), count in found.items()]
 
 

@@ -657,12 +657,10 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
         997
     """
     chosen = target(name)
-    if isinstance(program, str):
-        figures = roofline.kernels(program, chosen.platform)
-    elif isinstance(program, dict) and "kernels" in program:
+    if isinstance(program, dict) and "kernels" in program:
         figures = program
-    elif hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
-        figures = roofline.kernels(program.as_text(), chosen.platform)
+    elif (text := _program_text(program)) is not None:
+        figures = roofline.kernels(text, chosen.platform)
     else:
         raise TypeError(f"program must be a compiled program, its text or its stored kernels, got "
                         f"{type(program).__name__}")
@@ -671,9 +669,23 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     if host is None and (figures["host_out"] or figures["host_in"]):
         raise ValueError(f"program moves {int(figures['host_out']) + int(figures['host_in'])} bytes to or from host "
                          f"memory, and {chosen.name} has no published host-link rate to time them at")
+    return Estimate(**roofline.step_seconds(figures, _rates_for(chosen, rates)))
+
+
+def _program_text(program: Any) -> str | None:
+    """A compiled program's text, from the program or the text itself; ``None`` for anything else."""
+    if isinstance(program, str):
+        return program
+    if hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
+        return program.as_text()
+    return None
+
+
+def _rates_for(chosen: Target, rates: Any) -> roofline.Rates:
+    """``rates``, checked, or the target's own (:func:`kernel_rates`) when it is ``None``."""
     if rates is not None and not isinstance(rates, roofline.Rates):
         raise TypeError(f"rates must be what kernel_rates returns, got {type(rates).__name__}")
-    return Estimate(**roofline.step_seconds(figures, rates or kernel_rates(chosen)))
+    return rates or kernel_rates(chosen)
 
 
 def kernel_times(program: Any, name: str | Target, rates: roofline.Rates | None = None) -> list[KernelTime]:
@@ -709,15 +721,10 @@ def kernel_times(program: Any, name: str | Target, rates: roofline.Rates | None 
         True
     """
     chosen = target(name)
-    if isinstance(program, str):
-        text = program
-    elif hasattr(program, "as_text") and hasattr(program, "memory_analysis"):
-        text = program.as_text()
-    else:
+    text = _program_text(program)
+    if text is None:
         raise TypeError(f"program must be a compiled program or its text, got {type(program).__name__}")
-    if rates is not None and not isinstance(rates, roofline.Rates):
-        raise TypeError(f"rates must be what kernel_rates returns, got {type(rates).__name__}")
-    rates = rates or kernel_rates(chosen)
+    rates = _rates_for(chosen, rates)
     found = []
     for instruction, count, flops, device, shapes in roofline.named_kernels(text, chosen.platform):
         matmul, memory = rates.parts(flops, device, shapes)

@@ -74,6 +74,12 @@ def _async_slice(name: str) -> bool:
     return name.startswith("fusion-start") or "dynamic_slice_fusion" in name or "dynamic_update_slice" in name
 
 
+@functools.cache
+def _estimated(name: str, stage: str, policy: str, device: str) -> tuple[Any, ...]:
+    """The kernels of one profiled program as :func:`remat_guide.targets.kernel_times` estimates them."""
+    return tuple(kernel_times(hlo(name, stage, policy), target(device)))
+
+
 def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: str = "h200") -> pd.DataFrame:
     """Each kernel of a profiled program: its share of the estimate beside its measured time per step.
 
@@ -87,19 +93,19 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
         the longer part of its estimate), ``estimated`` and ``measured`` (seconds per step).
     """
     measured = {op: entry[0] / 1e6 for op, entry in _record(name, stage, policy)["profile"]["ops"].items()}
-    rows, slices = [], [0.0, 0.0, 0]
-    for kernel in kernel_times(hlo(name, stage, policy), target(device)):
+    rows, sliced = [], []
+    for kernel in _estimated(name, stage, policy, device):
         if _async_slice(kernel.name) and kernel.name not in measured:
-            slices[0] += kernel.seconds
-            slices[2] += kernel.count
+            sliced.append(kernel)
             continue
         rows.append({"kernel": kernel.name, "count": kernel.count,
                      "bound": "matmul" if kernel.matmul_seconds > kernel.memory_seconds else "memory",
                      "estimated": kernel.seconds, "measured": measured.pop(kernel.name, 0.0)})
-    slices[1] = sum(measured.pop(op) for op in list(measured) if _async_slice(op))
-    if slices[2]:
-        rows.append({"kernel": "asynchronous slices of the stacked residuals", "count": slices[2], "bound": "memory",
-                     "estimated": slices[0], "measured": slices[1]})
+    if sliced:
+        rows.append({"kernel": "asynchronous slices of the stacked residuals",
+                     "count": sum(kernel.count for kernel in sliced), "bound": "memory",
+                     "estimated": sum(kernel.seconds for kernel in sliced),
+                     "measured": sum(measured.pop(op) for op in list(measured) if _async_slice(op))})
     if measured:
         rows.append({"kernel": "measured kernels the estimate has none of", "count": 0, "bound": "memory",
                      "estimated": 0.0, "measured": sum(measured.values())})
