@@ -8,6 +8,7 @@ import urllib.parse
 
 import nbformat
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
 
 from helpers import CHROMIUM_FLAGS, chromium
@@ -192,8 +193,11 @@ _DRAWER = """modal => { const d = document.querySelector(modal);
 _HIDDEN = "() => document.querySelector('#pst-primary-sidebar').classList.contains('pst-sidebar-hidden')"
 
 
-def _open_navigation(page, width: int, stem: pathlib.Path) -> dict[str, bool]:
-    """Taps the page's visible navigation buttons as a reader would; saves the open drawer."""
+def _open_navigation(page, width: int, stem: pathlib.Path, settle=lambda: None) -> dict[str, bool]:
+    """Taps the page's visible navigation buttons as a reader would; saves the open drawer.
+
+    ``settle`` is called between the desktop's two taps (the tour waits there for the network).
+    """
     found = {}
     if width == PHONE:
         for kind in ("primary", "secondary"):
@@ -209,10 +213,23 @@ def _open_navigation(page, width: int, stem: pathlib.Path) -> dict[str, bool]:
     else:
         toggle = page.locator(".bd-header-article .primary-toggle")
         toggle.click()
-        found["hidden"] = page.evaluate(_HIDDEN)
+        found["hidden"] = _settles(page, _HIDDEN, True)
+        settle()  # the sidebar slides away meanwhile: the button is still when clicked again
         toggle.click()
-        found["shown again"] = not page.evaluate(_HIDDEN)
+        found["shown again"] = _settles(page, _HIDDEN, False)
     return found
+
+
+def _settles(page, state: str, wanted: bool) -> bool:
+    """Whether ``state`` (a function of no arguments, in the page) comes to be ``wanted`` within two seconds.
+
+    A tap's effect may land a frame after the click returns: reading it at once raced it.
+    """
+    try:
+        page.wait_for_function(f"() => ({state})() === {str(wanted).lower()}", timeout=2_000)
+    except PlaywrightTimeoutError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -263,10 +280,11 @@ def _tour_views(browser, base_url: str, pages: list[str], views, shots: pathlib.
         problems = []
         _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
         for name in pages:
-            # The first view waits for the network to go quiet, so that a late request
-            # (off-site, or failing) is seen; the others need the page loaded.
+            # The first view also waits for the network to go quiet, so that a late request
+            # (off-site, or failing) is seen: between its two taps on the menu button, which
+            # it would otherwise spend waiting for the sliding sidebar to stop.
             first_view = (theme, width) == ("light", DESKTOP)
-            page.goto(base_url + name, wait_until="networkidle" if first_view else "load")
+            page.goto(base_url + name, wait_until="load")
             seen[name, width, theme] = {
                 "title": page.title(),
                 "theme": page.evaluate("document.documentElement.dataset.theme"),
@@ -282,7 +300,8 @@ def _tour_views(browser, base_url: str, pages: list[str], views, shots: pathlib.
                 seen[name, width, theme]["headers"] = page.evaluate(_HEADERS)
             if theme == "light":
                 seen[name, width, theme]["navigation"] = _open_navigation(
-                    page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav")
+                    page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav",
+                    settle=lambda: page.wait_for_load_state("networkidle") if first_view else None)
             if width == DESKTOP:  # the folded code too, opened as a reader would
                 page.evaluate("document.querySelectorAll('article details')"
                               ".forEach(d => { d.open = true; })")

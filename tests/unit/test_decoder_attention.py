@@ -46,11 +46,17 @@ def test_the_blockwise_attention_is_causal():
     np.testing.assert_array_equal(attention.blockwise(q, k, v)[:, :40], attention.blockwise(q, k, changed)[:, :40])
 
 
-@pytest.mark.parametrize("name", ["fused", "blockwise"])
-def test_the_decoders_fused_attention_computes_the_plain_loss_and_gradient_on_the_cpu(name):
+@functools.cache
+def _loss_and_gradient(name):
+    """The small decoder's loss and gradient with attention ``name``, on fixed parameters and tokens."""
     params, _, batch = jax.tree.map(lambda s: jnp.full(s.shape, 0.02, s.dtype), decoder_args(SMALL, 2, 128))
     batch = {"inputs": jnp.arange(256).reshape(2, 128) % 256, "targets": jnp.arange(256).reshape(2, 128)[::-1] % 256}
-    values = {a: jax.value_and_grad(decoder_loss(SMALL, None, attention=a))(params, batch) for a in ("xla", name)}
+    return jax.jit(jax.value_and_grad(decoder_loss(SMALL, None, attention=name)))(params, batch)
+
+
+@pytest.mark.parametrize("name", ["fused", "blockwise"])
+def test_the_decoders_fused_attention_computes_the_plain_loss_and_gradient_on_the_cpu(name):
+    values = {a: _loss_and_gradient(a) for a in ("xla", name)}
     np.testing.assert_allclose(values[name][0], values["xla"][0], rtol=1e-2)
     for fused, plain in zip(jax.tree.leaves(values[name][1]), jax.tree.leaves(values["xla"][1])):
         np.testing.assert_allclose(fused, plain, atol=2e-3)
@@ -69,11 +75,7 @@ def test_fused_lists_the_residuals_of_every_kernel_it_may_lower_to_and_compiles_
     kept = {name: saved_residuals(decoder_loss(SMALL, None, attention=name), params, batch).total_bytes
             for name in ("fused", "blockwise", "splash", "triton")}
     assert kept["fused"] > max(kept["blockwise"], kept["splash"], kept["triton"])
-    memory = {}
-    for name in ("fused", "splash"):
-        args = place(decoder_args(KERNEL_SIZED, 1, 256), "tpu-v5e")
-        compiled = jax.jit(decoder_step(KERNEL_SIZED, None, attention=name), donate_argnums=(0, 1)).lower(*args)
-        memory[name] = compiled.compile().memory_analysis().temp_size_in_bytes
+    memory = {name: _compiled("tpu-v5e", name).memory_analysis().temp_size_in_bytes for name in ("fused", "splash")}
     assert memory["fused"] == memory["splash"]
 
 
@@ -82,12 +84,18 @@ def test_an_unknown_attention_is_refused_by_name():
         decoder_loss(SMALL, None, attention="flash")
 
 
-def _compiled_text(target, attention_name, policy=None):
+@functools.cache
+def _compiled(target, attention_name):
+    """The kernel-sized step with ``attention_name``, compiled for ``target`` (once for the tests that share it)."""
     args = place(decoder_args(KERNEL_SIZED, 1, 256), target)
     with lowering_for(target):
-        lowered = jax.jit(decoder_step(KERNEL_SIZED, policy, attention=attention_name),
+        lowered = jax.jit(decoder_step(KERNEL_SIZED, None, attention=attention_name),
                           donate_argnums=(0, 1)).lower(*args)
-    return lowered.compile().as_text()
+    return lowered.compile()
+
+
+def _compiled_text(target, attention_name):
+    return _compiled(target, attention_name).as_text()
 
 
 def _lowered_text(target, inside):
