@@ -12,7 +12,7 @@ import pandas as pd
 
 from remat_guide import compare_policies, plan_names, recommend_policy
 from remat_guide.compare import Comparison
-from remat_guide.fit import BatchPlan, recommend_batch, step_memory
+from remat_guide.fit import BatchPlan, largest_batch, recommend_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.site import hardware
 from remat_guide.targets import target, usable_bytes
@@ -20,7 +20,7 @@ from remat_guide.targets import target, usable_bytes
 __all__ = ["ATTENTION", "DEVICES_NEEDED", "LONG", "LONG_POLICIES", "LONG_SETUPS", "MEASURED", "MEASURED_POLICIES",
            "PLAIN", "PLANNED", "POLICIES", "SEARCHED", "SEARCHED_TPU", "SEQ", "SETUPS", "Setup", "answers",
            "batches", "breakdown", "budget", "contrast", "h200_check", "h200_none_bytes", "h200_software",
-           "host_table", "long_rows", "long_table", "plan", "recommended", "rows", "searched", "summary"]
+           "host_table", "long_table", "memory_only", "plan", "recommended", "rows", "searched", "summary"]
 
 SEQ = 4096
 """Tokens per sequence in every setup."""
@@ -139,17 +139,11 @@ def budget(setup: Setup) -> int:
 
 
 @functools.cache
-def rows(key: str, attention: str = ATTENTION, seq: int = SEQ) -> Comparison:
+def rows(key: str, attention: str = ATTENTION) -> Comparison:
     """The compared policies of one setup, compiled for its target (one sequence per FSDP group)."""
     setup = _setup(key)
-    policies = POLICIES if seq == SEQ else {name: POLICIES[name] for name in LONG_POLICIES}
-    return compare_policies(functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple, seq),
-                            step=True, target=setup.target, policies=policies)
-
-
-def long_rows(key: str) -> Comparison:
-    """:func:`rows` at the long context (:data:`LONG` tokens), for :data:`LONG_POLICIES`."""
-    return rows(key, ATTENTION, LONG)
+    return compare_policies(functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple),
+                            step=True, target=setup.target, policies=POLICIES)
 
 
 @functools.cache
@@ -211,10 +205,8 @@ def long_table() -> pd.DataFrame:
     """At :data:`LONG` tokens, one sequence per FSDP group: memory and fit per setup and policy."""
     lines = []
     for key in LONG_SETUPS:
-        setup = _setup(key)
-        for row in long_rows(key):
-            lines.append({"setup": setup.short, "policy": row.name, "memory": row.device_bytes,
-                          "fits": _fits(row, setup)})
+        frame = memory_only(key, ATTENTION, LONG)
+        lines += [{"setup": _setup(key).short, **line} for line in frame.to_dict("records")]
     return pd.DataFrame(lines)
 
 
@@ -231,13 +223,35 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
 
+@functools.cache
+def memory_only(key: str, attention: str = PLAIN, seq: int = SEQ) -> pd.DataFrame:
+    """:func:`summary`'s ``memory`` and ``fits`` per policy (no checkpoint first), from the target's programs alone.
+
+    Each program is compiled as :func:`remat_guide.fit.largest_batch` compiles it, at one
+    sequence per FSDP group only: the same ``device_bytes`` and refusals as
+    :func:`remat_guide.compare_policies`, without the FLOPs it counts by compiling each
+    program for this machine too (the tables of memory and fit need none). At another
+    ``seq`` than :data:`SEQ`, the policies are :data:`LONG_POLICIES`.
+    """
+    setup = _setup(key)
+    step_for = functools.partial(setup.step_for, attention=attention)
+    policies = POLICIES if seq == SEQ else {name: POLICIES[name] for name in LONG_POLICIES}
+    lines = []
+    for name, policy in {"no checkpoint": None, **policies}.items():
+        found = largest_batch(step_for, lambda batch: setup.args(batch, seq), policy=policy, target=setup.target,
+                              budget_bytes=budget(setup), multiple=setup.multiple, limit=setup.multiple, step=True)
+        lines.append({"policy": name, "memory": found.device_bytes,
+                      "fits": "refused" if found.refused else "yes" if found.batch else "no"})
+    return pd.DataFrame(lines)
+
+
 def contrast() -> pd.DataFrame:
     """Per setup, what the fused kernel changes: no checkpoint's memory and how many programs fit, each attention."""
     lines = []
     for setup in SETUPS:
         line = {"setup": setup.short}
         for attention, label in ((ATTENTION, "fused"), (PLAIN, "plain")):
-            frame = summary(setup.key, attention)
+            frame = summary(setup.key) if attention == ATTENTION else memory_only(setup.key, attention)
             line[f"no checkpoint, {label}"] = frame["memory"].iloc[0]
             line[f"fit, {label}"] = f"{(frame['fits'] == 'yes').sum()}/{len(frame)}"
         lines.append(line)
