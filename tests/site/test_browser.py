@@ -191,6 +191,7 @@ _DRAWER = """modal => { const d = document.querySelector(modal);
   const link = d && d.open && d.querySelector('a');
   return Boolean(link && link.getBoundingClientRect().width > 0); }"""
 _HIDDEN = "() => document.querySelector('#pst-primary-sidebar').classList.contains('pst-sidebar-hidden')"
+_OPEN = "modal => document.querySelector(modal).open"
 
 
 def _open_navigation(page, width: int, stem: pathlib.Path, settle=lambda: None) -> dict[str, bool]:
@@ -204,12 +205,13 @@ def _open_navigation(page, width: int, stem: pathlib.Path, settle=lambda: None) 
             toggle = page.locator(f".bd-header-article .{kind}-toggle")
             if not toggle.count():  # a page without sections has no contents button
                 continue
+            modal = f"#pst-{kind}-sidebar-modal"
             toggle.click()
-            found[kind] = page.evaluate(_DRAWER, f"#pst-{kind}-sidebar-modal")
+            found[kind] = _settles(page, _DRAWER, True, modal)
             if kind == "primary":
                 page.screenshot(path=str(stem) + ".jpg", type="jpeg", quality=85)
             page.keyboard.press("Escape")
-            found[kind + " closed"] = not page.evaluate(f"document.querySelector('#pst-{kind}-sidebar-modal').open")
+            found[kind + " closed"] = _settles(page, _OPEN, False, modal)
     else:
         toggle = page.locator(".bd-header-article .primary-toggle")
         toggle.click()
@@ -220,13 +222,13 @@ def _open_navigation(page, width: int, stem: pathlib.Path, settle=lambda: None) 
     return found
 
 
-def _settles(page, state: str, wanted: bool) -> bool:
-    """Whether ``state`` (a function of no arguments, in the page) comes to be ``wanted`` within two seconds.
+def _settles(page, state: str, wanted: bool, arg: str | None = None) -> bool:
+    """Whether ``state`` (a function in the page, of ``arg``) comes to be ``wanted`` within two seconds.
 
     A tap's effect may land a frame after the click returns: reading it at once raced it.
     """
     try:
-        page.wait_for_function(f"() => ({state})() === {str(wanted).lower()}", timeout=2_000)
+        page.wait_for_function(f"arg => ({state})(arg) === {str(wanted).lower()}", arg=arg, timeout=2_000)
     except PlaywrightTimeoutError:
         return False
     return True

@@ -161,6 +161,7 @@ def searched(setup: Setup) -> tuple[str, ...]:
 
 
 def _fits(row: Any, setup: Setup) -> str:
+    """Whether a program fits the setup's budget: a row of :func:`rows`, or a one-batch :class:`BatchFit`."""
     return "refused" if row.refused else "yes" if row.device_bytes <= budget(setup) else "no"
 
 
@@ -240,8 +241,7 @@ def memory_only(key: str, attention: str = PLAIN, seq: int = SEQ) -> pd.DataFram
     for name, policy in {"no checkpoint": None, **policies}.items():
         found = largest_batch(step_for, lambda batch: setup.args(batch, seq), policy=policy, target=setup.target,
                               budget_bytes=budget(setup), multiple=setup.multiple, limit=setup.multiple, step=True)
-        lines.append({"policy": name, "memory": found.device_bytes,
-                      "fits": "refused" if found.refused else "yes" if found.batch else "no"})
+        lines.append({"policy": name, "memory": found.device_bytes, "fits": _fits(found, setup)})
     return pd.DataFrame(lines)
 
 
