@@ -30,6 +30,22 @@ _FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "afte
          "all-reduce-done", "all-gather-done", "collective-permute-done", "add-dependency", "domain"}
 _SLICES = {"dynamic-slice", "slice"}
 _GEMM = re.compile(r'custom_call_target="__cublas\$(?:gemm|lt\$matmul)')
+# Operations that read each element of their operands at the position they write it:
+# a value reaches a transpose through them with its memory order unchanged.
+_ELEMENTWISE = {"abs", "add", "and", "atan2", "bitcast", "cbrt", "ceil", "clamp", "compare", "convert", "copy",
+                "cosine", "divide", "erf", "exponential", "exponential-minus-one", "floor", "is-finite", "log",
+                "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "power",
+                "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select",
+                "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor"}
+SECTOR_BYTES = 32
+"""The bytes a GPU moves from memory for any read that touches them: one sector of a cache line.
+
+NVIDIA's CUDA C++ Best Practices Guide ("Coalesced Access to Global Memory"): a warp's
+loads are served in 32-byte sectors, so threads that each read one element from a
+different sector move 32 bytes apiece. XLA's own performance model charges a whole 64-byte
+DRAM-to-L2 transaction instead (``GetCoalescingWasteFactor`` in
+``xla/service/gpu/model/gpu_performance_model_base.cc``).
+"""
 _MATMUL_KINDS = {"f8": "f8", "f16": "bf16", "bf16": "bf16", "f32": "f32", "f64": "f64", "s8": "int8",
                  "u8": "int8"}
 
@@ -41,6 +57,7 @@ class _Array:
     host: bool
     on_chip: bool = False
     stored: int = 0
+    order: tuple[int, ...] = ()  # its layout's dimensions, minor to major; empty where the text gives none
 
     @property
     def nbytes(self) -> int:
@@ -112,7 +129,8 @@ def _arrays(shape: str, tpu: bool = False) -> list[_Array]:
         space = _SPACE.search(layout or "")
         host = _HOST_SPACE in (layout or "")
         if not tpu:
-            arrays.append(_Array(dtype, sizes, host))
+            order = tuple(int(d) for d in (layout or "").partition(":")[0].split(",") if d.strip().isdigit())
+            arrays.append(_Array(dtype, sizes, host, order=order))
             continue
         arrays.append(_Array(dtype, sizes, host, on_chip=space is not None and not host,
                              stored=_tiled_bytes(dtype, sizes, layout or "")))
@@ -154,6 +172,28 @@ def _computations(text: str, tpu: bool = False) -> tuple[dict[str, list[_Instruc
             if parsed is not None:
                 current.append(parsed)
     return computations, entry
+
+
+def _transpose_run(transpose: _Instruction, by_name: Mapping[str, _Instruction]) -> int | None:
+    """How many consecutive elements of a transpose's operand consecutive elements of its result read.
+
+    ``None`` where the text gives no layout or the operand is not in the computation.
+    """
+    operand = by_name.get(transpose.operands[0]) if transpose.operands else None
+    permutation = _dims(transpose.attributes, "dimensions")
+    if operand is None or not operand.arrays or not transpose.arrays or not permutation:
+        return None
+    source, result = operand.arrays[0], transpose.arrays[0]
+    if len(source.order) != len(source.dims) or len(result.order) != len(result.dims):
+        return None
+    wanted = [d for d in source.order if source.dims[d] > 1]
+    walked = [permutation[d] for d in result.order if result.dims[d] > 1]
+    run = 1
+    for read, expected in zip(walked, wanted):
+        if read != expected:
+            break
+        run *= source.dims[read]
+    return run
 
 
 def _dims(attributes: str, key: str) -> tuple[int, ...]:
@@ -324,10 +364,11 @@ def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) ->
 
 def _merged(found: Mapping[tuple[Any, ...], int], shapes: bool) -> list[list[Any]]:
     """Kernels counted by their figures, as ``[count, {dtype: flops}, device_bytes]`` in a stable order;
-    with ``shapes`` (a GPU program), each also with its dots' shapes, ``[[b, m, n, k, kind], ...]``."""
-    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][0], item[0][2], item[1]))
-    return [[count, dict(flops), device, *([[list(dot) for dot in dots]] if shapes else [])]
-            for (flops, device, dots), count in ordered]
+    with ``shapes`` (a GPU program), each also with its dots' shapes, ``[[b, m, n, k, kind], ...]``,
+    and the bytes its strided reads move beyond what they read (:meth:`_Program.strided_bytes`)."""
+    ordered = sorted(found.items(), key=lambda item: (item[0][1], item[0][0], item[0][2], item[0][3], item[1]))
+    return [[count, dict(flops), device, *([[list(dot) for dot in dots], strided] if shapes else [])]
+            for (flops, device, dots, strided), count in ordered]
 
 
 class _Program:
@@ -421,6 +462,72 @@ class _Program:
             else:
                 device += written
         return device, host_out, host_in
+
+    def key(self, instruction: _Instruction, computation: str, flops: Mapping[str, int],
+            device: int) -> tuple[Any, ...]:
+        """What a kernel is counted by: its FLOPs, bytes, dots' shapes and strided reads' extra bytes."""
+        strided = self.strided_bytes(instruction) if instruction.opcode == "fusion" else 0
+        return tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation), strided
+
+    def strided_bytes(self, instruction: _Instruction) -> int:
+        """The bytes a GPU loop fusion moves beyond what it reads, for operands it reads across a transpose.
+
+        XLA's loop emitter gives consecutive threads consecutive elements of the result. A
+        parameter that reaches the result through a transpose of its minor dimension is then
+        read a short run of elements at a time, each run in a sector of its own
+        (:data:`SECTOR_BYTES`); the transpose emitter (``kind=kInput``) stages its tiles
+        through shared memory instead and reads whole sectors. Nothing on a TPU.
+        """
+        called = _CALLS.findall(instruction.attributes)
+        if self.tpu or "kind=kLoop" not in instruction.attributes or not called:
+            return 0
+        body = self.computations.get(called[0], [])
+        by_name = self.by_name.get(called[0], {})
+        runs: dict[str, int] = {}
+        seen: set[tuple[str, int]] = set()
+        for transpose in (i for i in body if i.opcode == "transpose"):
+            run = _transpose_run(transpose, by_name)
+            if run is not None:
+                self._reaching(transpose.operands[0] if transpose.operands else "", run, by_name, runs, seen)
+        wasted = 0
+        for name, run in runs.items():
+            array = by_name[name].arrays[0]
+            size = _BYTES.get(array.dtype, 4)
+            if run * size < SECTOR_BYTES:
+                elements = math.prod(array.dims)
+                wasted += -(-elements // run) * SECTOR_BYTES - elements * size
+        return wasted
+
+    @staticmethod
+    def _reaching(name: str, run: int, by_name: Mapping[str, _Instruction], runs: dict[str, int],
+                  seen: set[tuple[str, int]]) -> None:
+        """Records in ``runs`` each parameter whose elements reach ``name`` in order, with the run it is read in."""
+        node = by_name.get(name)
+        if node is None or not node.arrays or (name, run) in seen:
+            return
+        seen.add((name, run))
+        if node.opcode == "parameter":
+            runs[name] = min(run, runs.get(name, run))
+            return
+        if node.opcode == "concatenate":  # each operand is contiguous only within its own part
+            axis = _dims(node.attributes, "dimensions")
+            for operand in node.operands:
+                part = by_name.get(operand)
+                if part is None or not part.arrays or not axis:
+                    continue
+                array = part.arrays[0]
+                order = array.order or tuple(range(len(array.dims) - 1, -1, -1))
+                if axis[0] in order:
+                    inner = math.prod(array.dims[d] for d in order[:order.index(axis[0]) + 1])
+                    _Program._reaching(operand, min(run, inner), by_name, runs, seen)
+            return
+        if node.opcode not in _ELEMENTWISE:
+            return
+        elements = math.prod(node.arrays[0].dims)
+        for operand in node.operands:
+            source = by_name.get(operand)
+            if source is not None and source.arrays and math.prod(source.arrays[0].dims) == elements:
+                _Program._reaching(operand, run, by_name, runs, seen)
 
     def users(self, computation: str) -> dict[str, list[tuple[_Instruction, int]]]:
         """Each value of a computation with the instructions that use it and at which operand position."""
@@ -606,7 +713,7 @@ class _Program:
             flops, device, host_out, host_in = cost
             self.host_out += times * host_out
             self.host_in += times * host_in
-            key = (tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))
+            key = self.key(instruction, computation, flops, device)
             found[(instruction.name, *key) if named else key] += times
 
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
@@ -645,7 +752,7 @@ class _Program:
                 continue
             flops, device, host_out, host_in = cost
             if not host_out and not host_in:
-                run[(tuple(sorted(flops.items())), device, self.dot_shapes(instruction, computation))] += 1
+                run[self.key(instruction, computation, flops, device)] += 1
                 continue
             flush()
             host = True
@@ -665,7 +772,7 @@ class _Program:
             self.walk(self.entry, 1, into=found)
         finally:
             self.once, (self.host_out, self.host_in) = False, host  # the program's own walk keeps its figures
-        return sum(count * sum(dict(flops).values()) for (flops, _, _), count in found.items())
+        return sum(count * sum(dict(flops).values()) for (flops, *_), count in found.items())
 
     @staticmethod
     def slice_bytes(instruction: _Instruction, by_name: Mapping[str, _Instruction]) -> tuple[int, int, int]:
@@ -708,7 +815,11 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     in Pallas's Triton attention kernels, counted from the query's shape as causal)
     and the bytes it reads and writes in device memory; a loop body's kernels count
     once per iteration of the loop's known trip count. Bytes read from or written to
-    host memory (``S(5)``) are counted apart, as host-link traffic each way.
+    host memory (``S(5)``) are counted apart, as host-link traffic each way. On a GPU,
+    each kernel also carries its dots' shapes, ``[[b, m, n, k, kind], ...]``, and the
+    bytes its reads across a transpose move beyond what they read (whole sectors for
+    short runs of elements, :meth:`_Program.strided_bytes`):
+    ``[count, {dtype: flops}, device_bytes, shapes, strided_bytes]``.
 
     A program that moves bytes to or from the host also gets ``"schedule"``: the
     computations on the way to its transfers, each in the order XLA scheduled it, so
@@ -754,15 +865,16 @@ def named_kernels(text: str, platform: str = "cuda") -> list[list[Any]]:
     """Each kernel of :func:`kernels` apart, by its instruction's name (the ``hlo_op`` of a profiler's events).
 
     Returns:
-        ``[[name, count, {dtype: flops}, device_bytes, shapes], ...]`` in the program's
-        order, ``count`` the runs per step and ``shapes`` as in :func:`kernels` (empty on
-        a TPU); an instruction in several loop bodies or calls has one row for each.
+        ``[[name, count, {dtype: flops}, device_bytes, shapes, strided_bytes], ...]`` in
+        the program's order, ``count`` the runs per step and the last two as in
+        :func:`kernels` (empty and 0 on a TPU); an instruction in several loop bodies or
+        calls has one row for each.
     """
     program = _Program(text, tpu=platform == "tpu")
     found: collections.Counter = collections.Counter()
     program.walk(program.entry, 1, into=found, named=True)
-    return [[name, count, dict(flops), device, [list(dot) for dot in dots]]
-            for (name, flops, device, dots), count in found.items()]
+    return [[name, count, dict(flops), device, [list(dot) for dot in dots], strided]
+            for (name, flops, device, dots, strided), count in found.items()]
 
 
 def matmul_flops_once(text: str, platform: str = "cuda") -> int:
@@ -794,8 +906,9 @@ class Rates:
     launch_seconds: float = 0.0
     parallelism: float = 1.0
 
-    def parts(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = ()) -> tuple[float, float]:
-        """One kernel's matmul time and memory time."""
+    def parts(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = (),
+              strided: int = 0) -> tuple[float, float]:
+        """One kernel's matmul time and memory time (its bytes and the sectors its strided reads waste)."""
         left = dict(flops)
         matmul = 0.0
         for b, m, n, k, kind in shapes if self.dot_rate is not None else ():
@@ -805,20 +918,22 @@ class Rates:
                 left[kind] = left.get(kind, 0) - 2 * b * m * n * k
         matmul += sum(max(value, 0) / self.flops_per_second.get(kind, self.flops_per_second["f32"])
                       for kind, value in left.items())
-        return matmul, device / self.memory_bandwidth
+        return matmul, (device + strided) / self.memory_bandwidth
 
-    def kernel(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = ()) -> float:
+    def kernel(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = (),
+               strided: int = 0) -> float:
         """One kernel's time (see :meth:`combined`)."""
-        return self.combined(*self.parts(flops, device, shapes))
+        return self.combined(*self.parts(flops, device, shapes, strided))
 
     def combined(self, matmul: float, memory: float) -> float:
         """A kernel's time from its parts: its launch, then its longer part and what of its shorter does not hide."""
         return self.launch_seconds + max(matmul, memory) + (1 - self.parallelism) * min(matmul, memory)
 
 
-def _row(row: Sequence[Any]) -> tuple[int, Mapping[str, int], int, Sequence[Sequence[Any]]]:
-    """A kernel row of :func:`kernels` as its count, FLOPs, bytes and dots' shapes (none on a TPU)."""
-    return row[0], row[1], row[2], row[3] if len(row) > 3 else ()
+def _row(row: Sequence[Any]) -> tuple[int, Mapping[str, int], int, Sequence[Sequence[Any]], int]:
+    """A kernel row of :func:`kernels` as its count, FLOPs, bytes, dots' shapes and strided reads' extra bytes
+    (none of the last two on a TPU)."""
+    return row[0], row[1], row[2], row[3] if len(row) > 3 else (), row[4] if len(row) > 4 else 0
 
 
 def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
@@ -834,8 +949,8 @@ def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
     for item in schedule["computations"][name]:
         kind = item[0]
         if kind == "kernels":
-            now += sum(count * rates.kernel(flops, device, shapes)
-                       for count, flops, device, shapes in map(_row, item[1]))
+            now += sum(count * rates.kernel(flops, device, shapes, strided)
+                       for count, flops, device, shapes, strided in map(_row, item[1]))
         elif kind == "run":
             now += item[2] * _overlapped(schedule, item[1], rates)
         elif kind == "start":
@@ -860,8 +975,8 @@ def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
     resource alone, summed) and ``transfer_seconds`` (the host link, out and back).
     """
     kernel = compute = memory = 0.0
-    for count, flops, device, shapes in map(_row, figures["kernels"]):
-        matmul, moved = rates.parts(flops, device, shapes)
+    for count, flops, device, shapes, strided in map(_row, figures["kernels"]):
+        matmul, moved = rates.parts(flops, device, shapes, strided)
         compute += count * matmul
         memory += count * moved
         kernel += count * rates.combined(matmul, moved)

@@ -80,14 +80,15 @@ def outdated(entry: dict[str, Any], platform: str) -> bool:
 
     A GPU or TPU program (``platform="cuda"`` or ``"tpu"``) needs its kernels, and when it
     moves bytes to or from the host, their schedule (``remat_guide._roofline.kernels``); a
-    GPU program's kernels also carry their dots' shapes. A refusal needs none of these.
+    GPU program's kernels also carry their dots' shapes and their strided reads' extra
+    bytes. A refusal needs none of these.
     """
     if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
     return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels) or (
         platform == "tpu" and "matmul_flops_once" not in kernels) or (
-        platform == "cuda" and any(len(row) < 4 for row in kernels["kernels"]))
+        platform == "cuda" and any(len(row) < 5 for row in kernels["kernels"]))
 
 
 def identity_of(entry: dict[str, Any]) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from remat_guide import _roofline as roofline
 from remat_guide._cache import captured_stderr, target_figures, unrun_options
 from remat_guide._jax_internals import file_names_only
 
-__all__ = ["EFFICIENCY", "GPU_KERNEL_LAUNCH_SECONDS", "GPU_MEMORY_COMPUTE_PARALLELISM", "TARGETS", "Estimate",
-           "Hardware", "KernelTime", "Target", "device_bytes", "estimate_step", "kernel_rates", "kernel_times",
-           "lowering_for", "place", "target", "target_devices", "usable_bytes"]
+__all__ = ["EFFICIENCY", "GPU_KERNEL_LAUNCH_SECONDS", "GPU_MEMORY_COMPUTE_PARALLELISM", "GPU_SECTOR_BYTES",
+           "TARGETS", "Estimate", "Hardware", "KernelTime", "Target", "device_bytes", "estimate_step", "kernel_rates",
+           "kernel_times", "lowering_for", "place", "target", "target_devices", "usable_bytes"]
 
 _TPU_EXTRA = "pip install '.[tpu]' in a clone of remat-guide (or: pip install libtpu==0.0.51)"
 _GPU_EXTRA = ("pip install '.[gpu]' in a clone of remat-guide (or: pip install jax-cuda12-plugin==0.12.0.1 "
@@ -96,9 +96,13 @@ class KernelTime:
         count: How many times one step runs it (a loop body's kernels once per iteration).
         seconds: Its estimated time over the whole step: ``count`` runs.
         matmul_seconds: The matmul part of ``seconds`` alone.
-        memory_seconds: The device-memory part of ``seconds`` alone.
+        memory_seconds: The device-memory part of ``seconds`` alone: ``device_bytes`` and
+            ``strided_bytes``.
         flops: Its matmul FLOPs over the step.
         device_bytes: The device-memory bytes it reads and writes over the step.
+        strided_bytes: What its reads across a transpose move beyond what they read, over
+            the step: a loop fusion that reads an operand a few elements at a time moves a
+            whole 32-byte sector for each run (0 on a TPU, and for most kernels).
     """
 
     name: str
@@ -108,6 +112,7 @@ class KernelTime:
     memory_seconds: float
     flops: int
     device_bytes: int
+    strided_bytes: int = 0
 
 
 EFFICIENCY = {"matmul": 0.7, "memory": 0.9, "host": 0.825}
@@ -125,6 +130,14 @@ own rates: GPU figures, which no TPU run has checked.
 GPU_KERNEL_LAUNCH_SECONDS = 1e-6
 """The fixed cost of each kernel on a GPU, XLA's own figure (``kKernelLaunchOverhead`` in
 ``xla/service/gpu/model/gpu_performance_model_base.h``)."""
+
+GPU_SECTOR_BYTES = roofline.SECTOR_BYTES
+"""The bytes a GPU moves for any read that touches them, one sector (NVIDIA's CUDA C++ Best
+Practices Guide, "Coalesced Access to Global Memory"). A loop fusion that reads its input
+across a transpose, one element or a few at a time, moves a sector for each run; on an
+H200 such kernels took 4 to 7 times what their bytes alone would take (the guide's page
+on kernels). XLA's own model charges a 64-byte DRAM-to-L2 transaction instead
+(``GetCoalescingWasteFactor``, ``xla/service/gpu/model/gpu_performance_model_base.cc``)."""
 
 GPU_MEMORY_COMPUTE_PARALLELISM = 0.95
 """The share of a GPU kernel's shorter part (matmul or memory) that hides behind its longer, XLA's
@@ -596,10 +609,12 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     its shape on an H100 (the ``matmul_table`` of :class:`Hardware`). On a TPU a kernel takes the
     longer of its two times (a roofline); on a GPU, as XLA's own performance model has
     it, the longer plus 5% of the shorter, plus a microsecond to launch it
-    (:data:`GPU_MEMORY_COMPUTE_PARALLELISM`, :data:`GPU_KERNEL_LAUNCH_SECONDS`). The
-    kernels run one after another; then the bytes moved to and from host memory cross
-    the host link, overlapped with nothing: ``seconds``. :func:`kernel_rates` gives the
-    rates in use.
+    (:data:`GPU_MEMORY_COMPUTE_PARALLELISM`, :data:`GPU_KERNEL_LAUNCH_SECONDS`). A GPU
+    loop fusion that reads its input across a transpose, a few neighbouring elements at
+    a time, moves a whole :data:`GPU_SECTOR_BYTES` sector for each such run
+    (``strided_bytes`` of :class:`KernelTime`). The kernels run one after another; then the
+    bytes moved to and from host memory cross the host link, overlapped with nothing:
+    ``seconds``. :func:`kernel_rates` gives the rates in use.
 
     The compiled program starts each host transfer asynchronously and waits for it later,
     with kernels scheduled in between. ``overlapped_seconds`` runs each transfer on the
@@ -616,11 +631,11 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     with XLA's own cost analysis and with a published MaxText MFU.
 
     Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
-    memory-bound kernels slower than 90% of the bandwidth (transposes, reductions, small
-    kernels), elementwise math, autotuning's choice of kernels, collectives between devices (costed as
-    the device-memory bytes they read and write, not at the link's rate). It is a model,
-    compared with an H200's measured step times on the guide's page on time on
-    accelerators.
+    memory-bound kernels slower than 90% of the bandwidth for other reasons (reductions,
+    XLA's Triton fusions of a softmax, small kernels), elementwise math, autotuning's
+    choice of kernels, collectives between devices (costed as the device-memory bytes
+    they read and write, not at the link's rate). It is a model, compared with an H200's
+    measured step times on the guide's page on time on accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
@@ -726,10 +741,10 @@ def kernel_times(program: Any, name: str | Target, rates: roofline.Rates | None 
         raise TypeError(f"program must be a compiled program or its text, got {type(program).__name__}")
     rates = _rates_for(chosen, rates)
     found = []
-    for instruction, count, flops, device, shapes in roofline.named_kernels(text, chosen.platform):
-        matmul, memory = rates.parts(flops, device, shapes)
+    for instruction, count, flops, device, shapes, strided in roofline.named_kernels(text, chosen.platform):
+        matmul, memory = rates.parts(flops, device, shapes, strided)
         found.append(KernelTime(instruction, count, count * rates.combined(matmul, memory), count * matmul,
-                                count * memory, count * sum(flops.values()), count * device))
+                                count * memory, count * sum(flops.values()), count * device, count * strided))
     return sorted(found, key=lambda kernel: (-kernel.seconds, kernel.name))
 
 

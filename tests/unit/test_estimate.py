@@ -78,6 +78,40 @@ def test_a_loop_body_counts_once_per_iteration():
     assert eight == 8 * one
 
 
+def _transposing(source, result, permutation, kind):
+    """A program of one fusion that transposes a float32 parameter, as XLA's GPU compiler writes one."""
+    def shape(dims):
+        return f"f32[{','.join(map(str, dims))}]{{{','.join(map(str, reversed(range(len(dims)))))}}}"
+    return "\n".join([
+        "HloModule m", "",
+        f"%fused (p: {shape(source)}) -> {shape(result)} {{",
+        f"  %p = {shape(source)} parameter(0)",
+        f"  ROOT %t = {shape(result)} transpose(%p), dimensions={{{','.join(map(str, permutation))}}}", "}", "",
+        f"ENTRY %main (a: {shape(source)}) -> {shape(result)} {{",
+        f"  %a = {shape(source)} parameter(0)",
+        f"  ROOT %f = {shape(result)} fusion(%a), kind={kind}, calls=%fused", "}"])
+
+
+@pytest.mark.parametrize("source, result, permutation, run", [
+    ((64, 4, 32), (32, 4, 64), (2, 1, 0), 1),  # the minor dimension moves: one element per sector
+    ((64, 2, 4), (2, 64, 4), (1, 0, 2), 4),  # runs of 4 float32s: half of each sector
+    ((64, 2, 32), (2, 64, 32), (1, 0, 2), 32),  # runs of 128 bytes: whole sectors
+])
+def test_a_gpu_loop_fusion_reading_across_a_transpose_moves_a_sector_per_run(source, result, permutation, run):
+    elements = int(np.prod(source))
+    wasted = max(0, elements // run * roofline.SECTOR_BYTES - 4 * elements)
+    (row,) = roofline.kernels(_transposing(source, result, permutation, "kLoop"))["kernels"]
+    assert row[2:] == [8 * elements, [], wasted]
+    rates = roofline.Rates({"f32": 10**14}, 10**12, 10**10)
+    assert roofline.step_seconds({"kernels": [row], "host_out": 0, "host_in": 0}, rates)["memory_seconds"] == (
+        pytest.approx((8 * elements + wasted) / 10**12))
+    # XLA's transpose emitter stages tiles through shared memory, and a TPU has no such loop.
+    (tiled,) = roofline.kernels(_transposing(source, result, permutation, "kInput"))["kernels"]
+    assert tiled[4] == 0
+    assert roofline.kernels(_transposing(source, result, permutation, "kLoop"), "tpu")["kernels"][0] == [
+        1, {}, 8 * elements]
+
+
 def test_a_stacked_output_is_written_a_slice_at_a_time():
     # The scan writes each step's value into a [steps, ...] buffer in place: each step moves
     # its slice, not the whole buffer, so the bytes grow with the steps, not their square.
@@ -145,7 +179,8 @@ def test_a_transfer_that_fits_behind_the_layers_compute_is_hidden_when_overlappe
     link = rates.host_bandwidth
 
     def seconds(kernels):
-        return sum(count * rates.kernel(flops, nbytes, shapes) for count, flops, nbytes, shapes in kernels)
+        return sum(count * rates.kernel(flops, nbytes, shapes, strided)
+                   for count, flops, nbytes, shapes, strided in kernels)
 
     # The forward loop body, as XLA scheduled it: the write to the host starts, five
     # matmuls run, then the body waits for the write, which took less time than they did.

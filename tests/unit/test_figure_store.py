@@ -260,14 +260,18 @@ def test_an_entry_kept_before_the_store_held_its_transfers_schedule_is_compiled_
     assert not store.outdated(entry, "cuda")
 
 
-def test_a_gpu_entry_kept_before_its_kernels_held_their_dots_shapes_is_compiled_again(site_store, capsys):
+def test_a_gpu_entry_kept_before_its_kernels_held_their_shapes_or_strided_bytes_is_compiled_again(
+        site_store, capsys):
     compile_ahead(offloading_lowered(), "h100")
     make_figures(site_store)
     (key, entry), = store.load(site_store / "store").items()
-    assert all(len(row) == 4 for row in entry["kernels"]["kernels"])
+    assert all(len(row) == 5 for row in entry["kernels"]["kernels"])
     assert any(row[3] for row in entry["kernels"]["kernels"])  # the matmuls' shapes
-    # The entry as the store kept it before shapes: three figures per kernel.
-    kernels = {**entry["kernels"], "kernels": [row[:3] for row in entry["kernels"]["kernels"]]}
+    # The entry as the store kept it before shapes (three figures per kernel) and before
+    # strided reads (four): both are compiled again.
+    older = {**entry, "kernels": {**entry["kernels"], "kernels": [row[:3] for row in entry["kernels"]["kernels"]]}}
+    assert store.outdated(older, "cuda")
+    kernels = {**entry["kernels"], "kernels": [row[:4] for row in entry["kernels"]["kernels"]]}
     old = {**entry, "kernels": kernels}
     store.write(site_store / "store", [{**old, "check": store.digest(old)}])
     store.load.cache_clear()

@@ -90,7 +90,9 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
 
     Returns:
         ``kernel``, ``count`` (runs per step), ``bound`` (``"matmul"`` or ``"memory"``:
-        the longer part of its estimate), ``estimated`` and ``measured`` (seconds per step).
+        the longer part of its estimate), ``estimated`` and ``measured`` (seconds per step),
+        ``bytes`` and ``strided`` (its device-memory bytes per step, and what its reads
+        across a transpose move beyond them: :class:`remat_guide.targets.KernelTime`).
     """
     measured = {op: entry[0] / 1e6 for op, entry in _record(name, stage, policy)["profile"]["ops"].items()}
     rows, sliced = [], []
@@ -100,15 +102,17 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
             continue
         rows.append({"kernel": kernel.name, "count": kernel.count,
                      "bound": "matmul" if kernel.matmul_seconds > kernel.memory_seconds else "memory",
-                     "estimated": kernel.seconds, "measured": measured.pop(kernel.name, 0.0)})
+                     "estimated": kernel.seconds, "measured": measured.pop(kernel.name, 0.0),
+                     "bytes": kernel.device_bytes, "strided": kernel.strided_bytes})
     if sliced:
         rows.append({"kernel": "asynchronous slices of the stacked residuals",
                      "count": sum(kernel.count for kernel in sliced), "bound": "memory",
                      "estimated": sum(kernel.seconds for kernel in sliced),
-                     "measured": sum(measured.pop(op) for op in list(measured) if _async_slice(op))})
+                     "measured": sum(measured.pop(op) for op in list(measured) if _async_slice(op)),
+                     "bytes": sum(kernel.device_bytes for kernel in sliced), "strided": 0})
     if measured:
         rows.append({"kernel": "measured kernels the estimate has none of", "count": 0, "bound": "memory",
-                     "estimated": 0.0, "measured": sum(measured.values())})
+                     "estimated": 0.0, "measured": sum(measured.values()), "bytes": 0, "strided": 0})
     return pd.DataFrame(rows)
 
 
