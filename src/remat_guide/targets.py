@@ -137,8 +137,9 @@ Practices Guide, "Coalesced Access to Global Memory"). A loop fusion that reads 
 across a transpose, one element or a few at a time, moves a sector for each run. On an
 H200, the three such kernels of the Llama 3.2 1B training step took 4.6 to 6.3 times
 what their bytes alone would take, and counted in sectors they are estimated about a
-fifth above what they took (the guide's page on kernels). XLA's own model charges a 64-byte DRAM-to-L2 transaction instead
-(``GetCoalescingWasteFactor``, ``xla/service/gpu/model/gpu_performance_model_base.cc``)."""
+fifth above what they took (the guide's page on kernels). XLA's own model charges a
+64-byte DRAM-to-L2 transaction instead (``GetCoalescingWasteFactor``,
+``xla/service/gpu/model/gpu_performance_model_base.cc``)."""
 
 GPU_MEMORY_COMPUTE_PARALLELISM = 0.95
 """The share of a GPU kernel's shorter part (matmul or memory) that hides behind its longer, XLA's
