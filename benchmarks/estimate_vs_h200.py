@@ -10,13 +10,19 @@ come from ``compare_policies``, which keeps the estimate only), the estimate's e
 each policy's time as a ratio to no checkpoint's, estimated and measured. Run it with
 ``REMAT_GUIDE_FIGURES=docs/_figures`` to read the compiled programs' figures from the
 store instead of compiling them.
+
+Then every step that the 2026-11-30 profiling runs timed (``remat_guide.site.profile``),
+against the estimate of the very program that H200 compiled, whose HLO came back with
+the run: the 8-layer, 0.8 B and Llama 1B programs again, and four layers at the 70B width
+with Pallas's attention.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from remat_guide.site import fit, hardware
+from remat_guide.site import fit, hardware, profile
+from remat_guide.targets import estimate_step
 
 
 def rows() -> pd.DataFrame:
@@ -43,6 +49,20 @@ def rows() -> pd.DataFrame:
     return table
 
 
+def device_compiled() -> pd.DataFrame:
+    """Every step of the 2026-11-30 runs: measured, and estimated from the program the device compiled."""
+    rows = []
+    for name in profile.FILES:
+        timed = {(r["stage"], r["policy"]): r for r in profile.run(name)["programs"] if "step_ms_median" in r}
+        for (stage, policy), record in timed.items():
+            estimated = estimate_step(profile.hlo(name, stage, policy), "h200").seconds
+            rows.append({"run": name, "program": f"{profile.STAGES[stage]}, {policy}",
+                         "measured": record["step_ms_median"] / 1e3, "estimated": estimated})
+    table = pd.DataFrame(rows)
+    table["error"] = table.estimated / table.measured - 1
+    return table
+
+
 def main() -> None:
     table = rows()
     with pd.option_context("display.width", 200, "display.max_rows", None):
@@ -54,6 +74,13 @@ def main() -> None:
     big = table[table.measured >= 0.01]
     print(f"programs of 10 ms or more: {len(big)}; within 10% of the measured median: "
           f"{(big.error.abs() <= 0.1).sum()}; ratios within 10%: {(big['ratio error'].abs() <= 0.1).sum()}")
+    later = device_compiled()
+    print("\nThe 2026-11-30 runs, each against the estimate of the program the H200 compiled:")
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(later.to_string(index=False, formatters={
+            "measured": lambda s: f"{s * 1e3:.2f} ms", "estimated": lambda s: f"{s * 1e3:.2f} ms",
+            "error": "{:+.1%}".format}))
+    print(f"steps: {len(later)}; within 10% of the measured median: {(later.error.abs() <= 0.1).sum()}")
 
 
 if __name__ == "__main__":
