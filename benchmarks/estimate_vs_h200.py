@@ -51,16 +51,12 @@ def rows() -> pd.DataFrame:
 
 def device_compiled() -> pd.DataFrame:
     """Every step of the 2026-11-30 runs: measured, and estimated from the program the device compiled."""
-    rows = []
-    for name in profile.FILES:
-        timed = {(r["stage"], r["policy"]): r for r in profile.run(name)["programs"] if "step_ms_median" in r}
-        for (stage, policy), record in timed.items():
-            estimated = estimate_step(profile.hlo(name, stage, policy), "h200").seconds
-            rows.append({"run": name, "program": f"{profile.STAGES[stage]}, {policy}",
-                         "measured": record["step_ms_median"] / 1e3, "estimated": estimated})
-    table = pd.DataFrame(rows)
-    table["error"] = table.estimated / table.measured - 1
-    return table
+    steps = profile.steps(tuple(profile.FILES))
+    return pd.DataFrame({
+        "run": steps.run, "program": steps.stage.map(profile.STAGES) + ", " + steps.policy,
+        "measured": steps.step,
+        "estimated": [estimate_step(profile.hlo(r.run, r.stage, r.policy), "h200").seconds
+                      for r in steps.itertuples()]}).assign(error=lambda t: t.estimated / t.measured - 1)
 
 
 def main() -> None:

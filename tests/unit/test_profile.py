@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from remat_guide.site import hardware, profile
-from remat_guide.targets import estimate_step, kernel_rates, kernel_times
+from remat_guide.targets import estimate_step, kernel_times
 
 
 def test_cublas_matmuls_in_a_program_the_gpu_compiled_count_the_flops_of_the_same_program_compiled_here():
@@ -40,26 +40,20 @@ def test_the_profile_joins_nearly_every_measured_microsecond_to_an_estimated_ker
 
 
 def test_a_loop_fusion_that_reads_across_a_transpose_moves_a_sector_per_element_as_the_h200_ran_it():
-    text = profile.hlo("kernels", "llama1b", "full")
-    record = next(r for r in profile.run("kernels")["programs"] if (r["stage"], r["policy"]) == ("llama1b", "full"))
-    measured = {name: entry[0] * 1e-6 for name, entry in record["profile"]["ops"].items()}
-    bandwidth = kernel_rates("h200").memory_bandwidth
-    times = {kernel.name: kernel for kernel in kernel_times(text, "h200")}
-    strided = {name: kernel for name, kernel in times.items() if kernel.strided_bytes}
+    kernels = profile.kernel_comparison("llama1b", "full").set_index("kernel")
+    strided = kernels[kernels.strided > 0]
     # The three loop fusions of the attention's transposes, and nothing else, read across one.
-    assert sorted(strided) == ["loop_transpose_fusion", "loop_transpose_fusion.1", "loop_transpose_fusion.2"]
-    scores = strided["loop_transpose_fusion.1"]
+    assert sorted(strided.index) == ["loop_transpose_fusion", "loop_transpose_fusion.1", "loop_transpose_fusion.2"]
     # bf16 scores, 8 x 4 x 4096 x 4096 per layer, read one element per 32-byte sector: 16x the bytes.
-    assert scores.strided_bytes == 16 * 8 * 4 * 4096 * 4096 * (32 - 2)
-    for name, kernel in strided.items():
-        without = kernel.seconds - kernel.strided_bytes / bandwidth  # memory-bound: the sectors add their time
+    assert strided.strided["loop_transpose_fusion.1"] == 16 * 8 * 4 * 4096 * 4096 * (32 - 2)
+    for name, kernel in strided.iterrows():
         # Counted by their bytes alone these kernels ran 4-7x longer than estimated; with the
-        # sectors, within a quarter of what the H200 measured (above it: L2 keeps some sectors).
-        assert measured[name] > 4 * without, name
-        assert measured[name] < kernel.seconds < 1.25 * measured[name], name
+        # sectors, within a quarter of what the H200 measured, and above it.
+        assert kernel.measured > 4 * kernel.by_bytes, name
+        assert kernel.measured < kernel.estimated < 1.25 * kernel.measured, name
     # The transposes that XLA's transpose emitter stages through shared memory read whole sectors.
-    assert any(name.startswith("input_transpose_fusion") and not kernel.strided_bytes
-               for name, kernel in times.items())
+    transposes = kernels[kernels.index.str.startswith("input_transpose_fusion")]
+    assert len(transposes) and (transposes.strided == 0).all()
 
 
 def test_kernel_times_refuses_what_is_not_a_program():

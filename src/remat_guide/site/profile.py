@@ -12,7 +12,7 @@ import pandas as pd
 
 from remat_guide import _matmul_table as matmul_table
 from remat_guide.site.hardware import FOLDER
-from remat_guide.targets import kernel_times, target
+from remat_guide.targets import kernel_rates, kernel_times, target
 
 __all__ = ["FILES", "STAGES", "hlo", "kernel_comparison", "kernel_summary", "launch", "matmuls", "memory", "run",
            "steps"]
@@ -92,9 +92,16 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
         ``kernel``, ``count`` (runs per step), ``bound`` (``"matmul"`` or ``"memory"``:
         the longer part of its estimate), ``estimated`` and ``measured`` (seconds per step),
         ``bytes`` and ``strided`` (its device-memory bytes per step, and what its reads
-        across a transpose move beyond them: :class:`remat_guide.targets.KernelTime`).
+        across a transpose move beyond them: :class:`remat_guide.targets.KernelTime`), and
+        ``by_bytes``: its estimate without ``strided``, its bytes alone at the memory rate.
     """
     measured = {op: entry[0] / 1e6 for op, entry in _record(name, stage, policy)["profile"]["ops"].items()}
+    rates = kernel_rates(target(device))
+
+    def by_bytes(kernel: Any) -> float:
+        return kernel.count * rates.combined(kernel.matmul_seconds / kernel.count,
+                                             kernel.device_bytes / kernel.count / rates.memory_bandwidth)
+
     rows, sliced = [], []
     for kernel in _estimated(name, stage, policy, device):
         if _async_slice(kernel.name) and kernel.name not in measured:
@@ -103,16 +110,19 @@ def kernel_comparison(stage: str, policy: str, name: str = "kernels", device: st
         rows.append({"kernel": kernel.name, "count": kernel.count,
                      "bound": "matmul" if kernel.matmul_seconds > kernel.memory_seconds else "memory",
                      "estimated": kernel.seconds, "measured": measured.pop(kernel.name, 0.0),
-                     "bytes": kernel.device_bytes, "strided": kernel.strided_bytes})
+                     "bytes": kernel.device_bytes, "strided": kernel.strided_bytes,
+                     "by_bytes": by_bytes(kernel)})
     if sliced:
         rows.append({"kernel": "asynchronous slices of the stacked residuals",
                      "count": sum(kernel.count for kernel in sliced), "bound": "memory",
                      "estimated": sum(kernel.seconds for kernel in sliced),
                      "measured": sum(measured.pop(op) for op in list(measured) if _async_slice(op)),
-                     "bytes": sum(kernel.device_bytes for kernel in sliced), "strided": 0})
+                     "bytes": sum(kernel.device_bytes for kernel in sliced), "strided": 0,
+                     "by_bytes": sum(by_bytes(kernel) for kernel in sliced)})
     if measured:
         rows.append({"kernel": "measured kernels the estimate has none of", "count": 0, "bound": "memory",
-                     "estimated": 0.0, "measured": sum(measured.values()), "bytes": 0, "strided": 0})
+                     "estimated": 0.0, "measured": sum(measured.values()), "bytes": 0, "strided": 0,
+                     "by_bytes": 0.0})
     return pd.DataFrame(rows)
 
 
