@@ -1,4 +1,4 @@
-"""The kernels of a compiled XLA GPU or TPU program, read from its text: matmul FLOPs, memory and host bytes."""
+"""The kernels of a compiled XLA GPU or TPU program, read from its text: matmul FLOPs, memory, host and link bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Rates", "kernels", "matmul_flops_once", "step_seconds"]
+__all__ = ["Rates", "collective_link_bytes", "kernels", "matmul_flops_once", "replica_group", "step_seconds"]
 
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
           "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
@@ -27,7 +27,19 @@ _HOST_SPACE = "S(5)"
 # asynchronous pairs whose other half carries the work.
 _FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
          "replica-id", "opt-barrier", "copy-done", "fusion-done", "async-done", "send-done", "recv-done",
-         "all-reduce-done", "all-gather-done", "collective-permute-done", "add-dependency", "domain"}
+         "all-reduce-done", "all-gather-done", "collective-permute-done", "reduce-scatter-done", "all-to-all-done",
+         "collective-broadcast-done", "ragged-all-to-all-done", "add-dependency", "domain"}
+# Instructions that move bytes between devices, and how many times the bytes of one device's
+# operands a ring moves over each device's link per device in the group, less one share
+# (NVIDIA's nccl-tests, doc/PERFORMANCE.md, "bus bandwidth"): an all-gather sends its
+# operand to the n - 1 others; a reduce-scatter or an all-to-all sends (n - 1) / n of it;
+# an all-reduce is a reduce-scatter then an all-gather; a permute or broadcast sends it once.
+_COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+                "collective-permute", "collective-broadcast"}
+_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+_REPLICAS = re.compile(r"\breplica_count=(\d+)")
+_IOTA = re.compile(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_MESH = re.compile(r"mesh\[([^\]]*)\](?:, device_ids=\(([^)]*)\))? \{([^}]*)\}")
 _SLICES = {"dynamic-slice", "slice"}
 _GEMM = re.compile(r'custom_call_target="__cublas\$(?:gemm|lt\$matmul)')
 # Operations that read each element of their operands at the position they write it:
@@ -64,7 +76,12 @@ class _Array:
         """The bytes it takes in device or host memory: none in a TPU core's own memories (VMEM, SMEM)."""
         if self.on_chip:
             return 0
-        return self.stored or math.prod(self.dims) * _BYTES.get(self.dtype, 4)
+        return self.stored or self.logical_bytes
+
+    @property
+    def logical_bytes(self) -> int:
+        """The bytes of its elements, wherever it lives and however it is laid out."""
+        return math.prod(self.dims) * _BYTES.get(self.dtype, 4)
 
 
 @dataclasses.dataclass
@@ -362,6 +379,110 @@ def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) ->
     return {kind: products * 2 * batch * heads * seq * seq * dim // 2}
 
 
+def _iota(groups: str, dims: str, order: str | None) -> list[list[int]]:
+    """The groups of XLA's iota form ``[groups,size]<=[dims]T(order)``: ``0..n-1`` laid out as ``dims``,
+    its axes put in ``order``, read row by row."""
+    import numpy as np
+
+    shape = [int(d) for d in dims.split(",")]
+    ids = np.arange(math.prod(shape)).reshape(shape)
+    if order:
+        ids = ids.transpose([int(d) for d in order.split(",")])
+    rows = [int(d) for d in groups.split(",")]
+    return ids.reshape(rows[0], -1).tolist() if rows else [ids.ravel().tolist()]
+
+
+def _mesh_group(axes: str, device_ids: str | None, grouped: str) -> list[int]:
+    """The first group of XLA's mesh form ``mesh['x'=2,'y'=4] {'y'}``: the devices along the grouped axes,
+    every other axis at its first index. A sub-axis ``'y':(pre)size`` is ``size`` of the axis's
+    elements, ``pre`` apart."""
+    import numpy as np
+
+    names, sizes = [], []
+    for axis in axes.split(","):
+        name, _, size = axis.rpartition("=")
+        names.append(name.strip().strip("'\""))
+        sizes.append(int(size))
+    if device_ids and (iota := _IOTA.fullmatch(device_ids.strip())):
+        ids = np.array(_iota(*iota.groups())).reshape(sizes)
+    elif device_ids:
+        ids = np.array([int(d) for d in re.findall(r"\d+", device_ids)]).reshape(sizes)
+    else:
+        ids = np.arange(math.prod(sizes)).reshape(sizes)
+    split: list[int] = []
+    keep: list[slice | int] = []
+    for name, size in zip(names, sizes):
+        parts = [g for g in grouped.split(",") if g.strip().split(":")[0].strip("'\" ") == name]
+        sub = re.search(r":\((\d+)\)(\d+)", parts[0]) if parts else None
+        if sub is None:
+            split.append(size)
+            keep.append(slice(None) if parts else 0)
+        else:
+            pre, length = int(sub.group(1)), int(sub.group(2))
+            split.extend([size // (pre * length), length, pre])
+            keep.extend([0, slice(None), 0])
+    return ids.reshape(split)[tuple(keep)].ravel().tolist()
+
+
+def replica_group(attributes: str, devices: int) -> list[list[int]]:
+    """The devices a collective's bytes travel between, from its attributes: its first replica group, or
+    each pair of a permute that moves anything (``source_target_pairs``); ids as the program numbers
+    its devices. Every device when the attributes name no group.
+
+    Examples:
+        >>> replica_group("replica_groups={{0,2},{1,3}}, dimensions={0}", 4)
+        [[0, 2]]
+        >>> replica_group("replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}", 8)
+        [[0, 2, 4, 6]]
+        >>> replica_group("replica_groups=mesh['fsdp'=2,'tensor'=4] {'fsdp'}, dimensions={0}", 8)
+        [[0, 4]]
+        >>> replica_group("source_target_pairs={{0,1},{1,0},{2,2}}", 4)
+        [[0, 1], [1, 0]]
+    """
+    pairs = re.search(r"source_target_pairs=\{(\{[\d,{}]*\})\}", attributes)
+    if pairs:
+        found = [[int(a), int(b)] for a, b in re.findall(r"\{(\d+),(\d+)\}", pairs.group(1))]
+        return [pair for pair in found if pair[0] != pair[1]]
+    if mesh := _MESH.search(attributes):
+        return [_mesh_group(*mesh.groups())]
+    groups = re.search(r"replica_groups=(\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?|\{[\d,{}]*\})", attributes)
+    if groups and (iota := _IOTA.fullmatch(groups.group(1))):
+        return [_iota(*iota.groups())[0]]
+    if groups and (first := re.search(r"\{(\d[\d,]*)\}", groups.group(1))):
+        return [[int(d) for d in first.group(1).split(",")]]
+    return [list(range(devices))]
+
+
+def collective_link_bytes(opcode: str, nbytes: int, groups: Sequence[Sequence[int]]) -> int:
+    """What a collective sends from each device over its link, as a ring does: ``nbytes`` of its operands
+    on each device, among the devices of ``groups`` (see :func:`replica_group`).
+
+    Examples:
+        >>> collective_link_bytes("all-gather", 100, [[0, 1, 2, 3]])  # to each of the other three
+        300
+        >>> collective_link_bytes("reduce-scatter", 100, [[0, 1, 2, 3]]), collective_link_bytes("all-reduce", 100,
+        ...                                                                                     [[0, 1, 2, 3]])
+        (75, 150)
+        >>> collective_link_bytes("collective-permute", 100, [[0, 1]]), collective_link_bytes("all-reduce", 100, [[0]])
+        (100, 0)
+    """
+    base = opcode.removesuffix("-start")
+    if base in ("collective-permute", "collective-broadcast"):
+        return nbytes if groups else 0
+    n = len(groups[0]) if groups else 1
+    if n <= 1:
+        return 0
+    if base == "all-gather":
+        return nbytes * (n - 1)
+    share = nbytes * (n - 1) // n
+    return 2 * share if base == "all-reduce" else share
+
+
+def _collective(opcode: str) -> bool:
+    """Whether an instruction moves bytes between devices: a collective, or the start of an asynchronous one."""
+    return opcode in _COLLECTIVES or (opcode.endswith("-start") and opcode.removesuffix("-start") in _COLLECTIVES)
+
+
 def _merged(found: Mapping[tuple[Any, ...], int], shapes: bool) -> list[list[Any]]:
     """Kernels counted by their figures, as ``[count, {dtype: flops}, device_bytes]`` in a stable order;
     with ``shapes`` (a GPU program), each also with its dots' shapes, ``[[b, m, n, k, kind], ...]``,
@@ -385,6 +506,11 @@ class _Program:
         self.tpu = tpu
         self.once = False
         self.unknown: set[str] = set()  # loops whose trip count could not be read: counted once
+        header = text[:text.find("\n")] if "\n" in text else text
+        partitions, replicas = _PARTITIONS.search(header), _REPLICAS.search(header)
+        self.devices = (int(partitions.group(1)) if partitions else 1) * (int(replicas.group(1)) if replicas else 1)
+        self.collectives: collections.Counter = collections.Counter()
+        self.has_collectives = any(_collective(i.opcode) for body in self.computations.values() for i in body)
 
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
@@ -707,6 +833,10 @@ class _Program:
         for instruction in self.computations.get(computation, []):
             for name, trips in self.called(instruction, seen, computation):
                 self.walk(name, times * trips, seen | {computation}, found, named)
+            link = self.link(instruction, computation)
+            if link is not None:
+                self.collectives[link] += times
+                continue
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue
@@ -716,8 +846,26 @@ class _Program:
             key = self.key(instruction, computation, flops, device)
             found[(instruction.name, *key) if named else key] += times
 
+    def link(self, instruction: _Instruction, computation: str) -> tuple[int, tuple[tuple[int, ...], ...]] | None:
+        """A collective's bytes over each device's link and the devices they travel between; ``None`` for
+        any other instruction (see :func:`collective_link_bytes`)."""
+        found = [(instruction, computation)] if _collective(instruction.opcode) else []
+        called = _CALLS.findall(instruction.attributes)
+        if not found and called and instruction.opcode in ("fusion", "fusion-start", "async-start", "call-start"):
+            found = [(inner, called[0]) for inner in self.computations.get(called[0], []) if _collective(inner.opcode)]
+        if not found:
+            return None  # a GPU program may fuse a collective into a kernel of its own (XLA's Triton collectives)
+        total, groups = 0, replica_group(found[0][0].attributes, self.devices)
+        for collective, where in found:
+            by_name = self.by_name.get(where, {})
+            nbytes = sum(a.logical_bytes for o in collective.operands if o in by_name for a in by_name[o].arrays)
+            total += collective_link_bytes(collective.opcode, nbytes, replica_group(collective.attributes,
+                                                                                    self.devices))
+        return total, tuple(tuple(group) for group in groups)
+
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
-        """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` without host traffic.
+        """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` when it moves
+        nothing to or from the host or between devices.
 
         Runs of kernels that move nothing to or from the host are merged into one
         ``kernels`` item, as are loops and calls whose computations move nothing either.
@@ -727,7 +875,7 @@ class _Program:
         items: list[list[Any]] = []
         run: collections.Counter = collections.Counter()
         starts: dict[str, int] = {}
-        host = False
+        traffic = False
 
         def flush() -> None:
             if run:
@@ -741,12 +889,22 @@ class _Program:
                 continue
             for name, trips in self.called(instruction, seen, computation):
                 inner = self.schedule(name, seen | {computation})
-                if inner is None:  # no host traffic inside: its kernels join the current run
+                if inner is None:  # no traffic inside: its kernels join the current run
                     self.walk(name, trips, seen | {computation}, run)
                 else:
                     flush()
                     items.append(["run", name, trips])
-                    host = True
+                    traffic = True
+            link = self.link(instruction, computation)
+            if link is not None:
+                flush()
+                traffic = True
+                asynchronous = instruction.opcode.endswith("-start") and '"is_sync":true' not in instruction.attributes
+                if asynchronous:
+                    starts[instruction.name] = len(starts)
+                items.append(["collective-start" if asynchronous else "collective", link[0],
+                              [list(group) for group in link[1]]])
+                continue
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue
@@ -755,23 +913,23 @@ class _Program:
                 run[self.key(instruction, computation, flops, device)] += 1
                 continue
             flush()
-            host = True
+            traffic = True
             if instruction.opcode.endswith("-start"):
                 starts[instruction.name] = len(starts)
                 items.append(["start", host_out, host_in])
             else:
                 items.append(["sync", host_out, host_in, dict(flops), device])
         flush()
-        self.schedules[computation] = items if host else None
+        self.schedules[computation] = items if traffic else None
         return self.schedules[computation]
 
     def flops_once(self) -> int:
         """The matmul FLOPs of the program with each loop body once and custom calls left out (XLA's way)."""
-        self.once, found, host = True, collections.Counter(), (self.host_out, self.host_in)
+        self.once, found, kept = True, collections.Counter(), (self.host_out, self.host_in, self.collectives.copy())
         try:
             self.walk(self.entry, 1, into=found)
         finally:
-            self.once, (self.host_out, self.host_in) = False, host  # the program's own walk keeps its figures
+            self.once, (self.host_out, self.host_in, self.collectives) = False, kept  # the walk's own figures stay
         return sum(count * sum(dict(flops).values()) for (flops, *_), count in found.items())
 
     @staticmethod
@@ -821,17 +979,25 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     short runs of elements, :meth:`_Program.strided_bytes`):
     ``[count, {dtype: flops}, device_bytes, shapes, strided_bytes]``.
 
-    A program that moves bytes to or from the host also gets ``"schedule"``: the
-    computations on the way to its transfers, each in the order XLA scheduled it, so
-    that :func:`step_seconds` can overlap an asynchronous transfer with the kernels
-    between its start and its done. Each computation is a list of items:
+    A program that runs on several devices also gets ``"collectives"``: each instruction
+    that moves bytes between devices (all-gather, reduce-scatter, all-reduce, all-to-all,
+    permutes), not counted among the kernels, as ``[count, link_bytes, groups]``: the
+    bytes each device sends over its link per run (:func:`collective_link_bytes`) and the
+    devices they travel between (:func:`replica_group`).
+
+    A program that moves bytes to or from the host or between devices also gets
+    ``"schedule"``: the computations on the way to its transfers, each in the order XLA
+    scheduled it, so that :func:`step_seconds` can overlap an asynchronous transfer with
+    the kernels between its start and its done. Each computation is a list of items:
     ``["kernels", [[count, {dtype: flops}, device_bytes], ...]]`` (kernels that move
     nothing to or from the host, loops and calls of such kernels included),
     ``["start", host_out, host_in]`` (an asynchronous transfer starts),
     ``["done", i]`` (the computation waits for its ``i``-th start),
     ``["sync", host_out, host_in, {dtype: flops}, device_bytes]`` (a kernel that
-    reads or writes host memory itself) and ``["run", computation, times]`` (a loop or
-    call of a computation that has host traffic of its own).
+    reads or writes host memory itself), ``["collective-start", link_bytes, groups]``
+    (an asynchronous collective starts), ``["collective", link_bytes, groups]`` (a
+    collective the program waits for where it stands) and ``["run", computation, times]``
+    (a loop or call of a computation that has traffic of its own).
 
     On a TPU (``platform="tpu"``): loops without a trip count get theirs from their
     condition; arrays in the core's own memories (VMEM, SMEM) move no HBM bytes, the others
@@ -844,7 +1010,8 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     Returns:
         ``{"kernels": [[count, {dtype: flops}, device_bytes], ...], "host_out": bytes,
         "host_in": bytes}``, kernels with the same figures merged, in a stable order;
-        with host traffic, also ``"schedule": {"entry": name, "computations": {name: items}}``;
+        with collectives, also ``"collectives"``; with host traffic or collectives, also
+        ``"schedule": {"entry": name, "computations": {name: items}}``;
         on a TPU, also ``"matmul_flops_once"`` and ``"loops_counted_once"``.
     """
     program = _Program(text, tpu=platform == "tpu")
@@ -854,7 +1021,10 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     if platform == "tpu":
         figures["loops_counted_once"] = len(program.unknown)
         figures["matmul_flops_once"] = program.flops_once()
-    if program.host_out or program.host_in:
+    if program.has_collectives:
+        figures["collectives"] = [[count, nbytes, [list(group) for group in groups]]
+                                  for (nbytes, groups), count in sorted(program.collectives.items())]
+    if program.host_out or program.host_in or program.collectives:
         program.schedule(program.entry)
         figures["schedule"] = {"entry": program.entry, "computations": {
             name: items for name, items in sorted(program.schedules.items()) if items is not None}}
@@ -897,6 +1067,9 @@ class Rates:
         launch_seconds: A fixed cost of each kernel.
         parallelism: How much of the shorter of a kernel's matmul and memory times hides
             behind the longer: 1 is the roofline's ``max``.
+        link_bandwidth: Bytes per second each device sends to the others of a collective,
+            by the devices it travels between (see :func:`replica_group`), or ``None``:
+            collectives at ``memory_bandwidth``.
     """
 
     flops_per_second: Mapping[str, float]
@@ -905,6 +1078,12 @@ class Rates:
     dot_rate: Callable[[int, int, int, int, str], float | None] | None = None
     launch_seconds: float = 0.0
     parallelism: float = 1.0
+    link_bandwidth: Callable[[Sequence[Sequence[int]]], float] | None = None
+
+    def collective(self, link_bytes: int, groups: Sequence[Sequence[int]]) -> float:
+        """One collective's time: its launch, then its bytes over the link between its devices."""
+        rate = self.link_bandwidth(groups) if self.link_bandwidth is not None else self.memory_bandwidth
+        return self.launch_seconds + link_bytes / rate
 
     def parts(self, flops: Mapping[str, int], device: int, shapes: Sequence[Sequence[Any]] = (),
               strided: int = 0) -> tuple[float, float]:
@@ -942,9 +1121,11 @@ def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
     The kernels run one after another. A transfer starts at its start, or when the host
     link has finished the transfers started before it (one link, one transfer at a time);
     the computation waits at the transfer's done for what is left of it. A transfer's own
-    kernel (the copy) runs beside the other kernels and costs them nothing.
+    kernel (the copy) runs beside the other kernels and costs them nothing. Collectives
+    do the same on the links between devices, one at a time; one the program does not
+    start asynchronously holds the kernels until it ends.
     """
-    now = link = 0.0
+    now = link = network = 0.0
     ends: list[float] = []
     for item in schedule["computations"][name]:
         kind = item[0]
@@ -958,6 +1139,11 @@ def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
             ends.append(link)
         elif kind == "done":
             now = max(now, ends[item[1]])
+        elif kind == "collective-start":  # the devices' links carry one collective at a time
+            network = max(now, network) + rates.collective(item[1], item[2])
+            ends.append(network)
+        elif kind == "collective":
+            now = network = max(now, network) + rates.collective(item[1], item[2])
         else:  # "sync": the kernel waits for the link, then runs as long as its slower side
             now = max(now, link) + max(rates.kernel(item[3], item[4]), (item[1] + item[2]) / rates.host_bandwidth)
             link = now
@@ -967,12 +1153,14 @@ def _overlapped(schedule: Mapping[str, Any], name: str, rates: Rates) -> float:
 def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
     """A step's time from :func:`kernels`: the kernels one after another, timed by ``rates``, then the host transfers.
 
-    Returns ``seconds`` (every kernel, then every host transfer, overlapped with nothing),
+    Returns ``seconds`` (every kernel, then every host transfer and every collective,
+    overlapped with nothing),
     ``overlapped_seconds`` (the kernels one after another, each asynchronous host
     transfer overlapped with the kernels the schedule puts between its start and its
     done; ``seconds`` without ``"schedule"``), ``kernel_seconds`` (each kernel's time,
     :meth:`Rates.kernel`, summed), ``compute_seconds`` and ``memory_seconds`` (each
-    resource alone, summed) and ``transfer_seconds`` (the host link, out and back).
+    resource alone, summed), ``transfer_seconds`` (the host link, out and back) and
+    ``collective_seconds`` (each collective, :meth:`Rates.collective`, summed).
     """
     kernel = compute = memory = 0.0
     for count, flops, device, shapes, strided in map(_row, figures["kernels"]):
@@ -981,7 +1169,11 @@ def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
         memory += count * moved
         kernel += count * rates.combined(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / rates.host_bandwidth
+    collective = sum(count * rates.collective(nbytes, groups)
+                     for count, nbytes, groups in figures.get("collectives", ()))
     schedule = figures.get("schedule")
-    overlapped = _overlapped(schedule, schedule["entry"], rates) if schedule else kernel + transfer
-    return {"seconds": kernel + transfer, "overlapped_seconds": overlapped, "kernel_seconds": kernel,
-            "compute_seconds": compute, "memory_seconds": memory, "transfer_seconds": transfer}
+    serial = kernel + transfer + collective
+    overlapped = _overlapped(schedule, schedule["entry"], rates) if schedule else serial
+    return {"seconds": serial, "overlapped_seconds": overlapped, "kernel_seconds": kernel,
+            "compute_seconds": compute, "memory_seconds": memory, "transfer_seconds": transfer,
+            "collective_seconds": collective}

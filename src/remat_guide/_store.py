@@ -30,6 +30,8 @@ PROGRAMS = "programs"
 """The store's folder of lowered programs, one ``<key>.mlir.xz`` each: enough to compile an entry again."""
 
 _MODULE = re.compile(r"^module @([\w.$-]+)", re.MULTILINE)
+_COLLECTIVE = re.compile(r"(?:all-gather|all-reduce|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
+                         r"collective-broadcast)(?:-start)?")
 
 
 class StoreError(ValueError):
@@ -81,14 +83,17 @@ def outdated(entry: dict[str, Any], platform: str) -> bool:
     A GPU or TPU program (``platform="cuda"`` or ``"tpu"``) needs its kernels, and when it
     moves bytes to or from the host, their schedule (``remat_guide._roofline.kernels``); a
     GPU program's kernels also carry their dots' shapes and their strided reads' extra
-    bytes. A refusal needs none of these.
+    bytes; a program with collectives between devices, those and their schedule. A
+    refusal needs none of these.
     """
     if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
+    collectives = any(_COLLECTIVE.fullmatch(opcode) for opcode in entry.get("instructions") or {})
     return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels) or (
         platform == "tpu" and "matmul_flops_once" not in kernels) or (
-        platform == "cuda" and any(len(row) < 5 for row in kernels["kernels"]))
+        platform == "cuda" and any(len(row) < 5 for row in kernels["kernels"])) or (
+        collectives and "collectives" not in kernels)
 
 
 def identity_of(entry: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,15 @@ class Hardware:
         matmul_table: XLA's measured table of matmul throughput by shape that this GPU's
             dots are timed from (``"sm_90"``: an H100's, scaled by this chip's bf16 peak
             over the H100's), or ``None``: its dots run at :data:`EFFICIENCY` of its peak.
+        link_bandwidth: Bytes per second each way that a collective gets from one device
+            to the others within ``link_domain``: NVLink's published rate per GPU (half
+            its two-way figure); on a TPU, a ring along one axis of the torus, two of the
+            chip's ICI ports each way (its published two-way ICI bandwidth over its ports).
+        link_domain: How many consecutive devices share those links (a GPU node's eight),
+            or ``None``: every device of the slice (a TPU).
+        network_bandwidth: Bytes per second each way per device between domains: the
+            node's network adapter for each GPU; ``None`` where nothing is modelled
+            between domains (a TPU slice has none).
     """
 
     matmul_flops: dict[str, float]
@@ -58,6 +67,9 @@ class Hardware:
     host_bandwidth: float | None
     source: str
     matmul_table: str | None = None
+    link_bandwidth: float | None = None
+    link_domain: int | None = None
+    network_bandwidth: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,17 +77,23 @@ class Estimate:
     """A program's estimated step time on an accelerator (see :func:`estimate_step`), and the parts it adds up.
 
     Attributes:
-        seconds: The estimate: ``kernel_seconds + transfer_seconds``, every host transfer
-            after the kernels, overlapped with nothing.
+        seconds: The estimate: ``kernel_seconds + transfer_seconds + collective_seconds``,
+            every host transfer and every collective after the kernels, overlapped with nothing.
         overlapped_seconds: The kernels one after another, each asynchronous host
             transfer overlapped with the kernels that the compiled schedule places between
-            its start and its done: what the schedule allows, which an H200's offloading
-            steps did not reach (the guide's page on time on accelerators). Equal to
-            ``seconds`` for a program that moves nothing to or from the host.
+            its start and its done, and so is each asynchronous collective on the links
+            between devices: what the schedule allows, which an H200's offloading steps
+            did not reach (the guide's page on time on accelerators). Equal to ``seconds``
+            for a program that moves nothing to or from the host or between devices.
         kernel_seconds: Each kernel's time (its matmul and memory times combined, see :func:`kernel_rates`), summed.
         compute_seconds: The matmul time alone, summed over kernels.
         memory_seconds: The device-memory time alone, summed over kernels.
         transfer_seconds: The host-link time: bytes out, then bytes back.
+        collective_seconds: The time of the collectives between devices (all-gathers,
+            reduce-scatters, all-reduces, all-to-alls, permutes): the bytes a ring sends
+            from each device, at the published rate of the link they cross (NVLink within
+            a node, the network between nodes, a TPU's ICI; :class:`Hardware`), each
+            after a kernel's launch. 0 on one device.
     """
 
     seconds: float
@@ -84,6 +102,7 @@ class Estimate:
     compute_seconds: float
     memory_seconds: float
     transfer_seconds: float
+    collective_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,42 +214,52 @@ class Target:
 
 
 def _tpu(name: str, generation: str, kind: str, gib: int, bf16: float, int8: float, memory: float,
-         source: str) -> Target:
-    """A TPU target, one chip per device; memory in GiB, rates in TFLOP/s (TOP/s) and GB/s, as Google prints them."""
+         ici: float, ports: int, source: str) -> Target:
+    """A TPU target, one chip per device; memory in GiB, rates in TFLOP/s (TOP/s) and GB/s, as Google prints them
+    (``ici``: the chip's two-way ICI bandwidth over its ``ports``)."""
     flops = {"bf16": bf16 * 1e12, "f32": bf16 * 1e12, "int8": int8 * 1e12}
-    return Target(name, "tpu", kind, generation, Hardware(flops, memory * 1e9, None, source), gib * 2**30)
+    return Target(name, "tpu", kind, generation,
+                  Hardware(flops, memory * 1e9, None, source, link_bandwidth=ici / ports * 1e9), gib * 2**30)
 
 
 def _gpu(name: str, description: str, gib: int, bf16: float, tf32: float, f8: float, f64: float,
-         memory: float, host: float, source: str, table: str | None = None) -> Target:
-    """A GPU target; memory in GiB, rates in TFLOP/s and GB/s, as datasheets print them."""
+         memory: float, host: float, links: tuple[float, int, float], source: str, table: str | None = None) -> Target:
+    """A GPU target; memory in GiB, rates in TFLOP/s and GB/s, as datasheets print them; ``links``: NVLink's
+    two-way GB/s per GPU, the GPUs it joins, and the network adapter's Gb/s per GPU."""
     flops = {"bf16": bf16 * 1e12, "f32": tf32 * 1e12, "f8": f8 * 1e12, "int8": f8 * 1e12, "f64": f64 * 1e12}
+    nvlink, domain, network = links
     return Target(name, "cuda", description, description,
-                  Hardware(flops, memory * 1e9, host * 1e9, source, table), gib * 2**30)
+                  Hardware(flops, memory * 1e9, host * 1e9, source, table, nvlink / 2 * 1e9, domain, network / 8 * 1e9),
+                  gib * 2**30)
 
 
 _PCIE4, _PCIE5, _PCIE6, _C2C = 32, 64, 128, 450  # GB/s each way: PCIe x16 generations, NVLink-C2C
+# NVLink's two-way GB/s per GPU, the GPUs it joins, the network adapter's Gb/s per GPU: an eight-GPU
+# node (NVIDIA's DGX datasheets: A100 with ConnectX-6 at 200 Gb/s, H100, H200 and B200 with
+# ConnectX-7 at 400 Gb/s, B300 with ConnectX-8 at 800 Gb/s), an NVL72 rack, and H100 PCIe cards
+# joined in pairs by NVLink bridges.
+_NV3, _NV4, _NV5 = (600, 8, 200), (900, 8, 400), (1800, 8, 400)
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    _tpu("tpu-v5e", "v5e", "TPU v5 lite", 16, 197, 393, 819, "Google Cloud TPU v5e documentation, per chip"),
-    _tpu("tpu-v5p", "v5p", "TPU v5", 95, 459, 918, 2765,
+    _tpu("tpu-v5e", "v5e", "TPU v5 lite", 16, 197, 393, 819, 400, 4, "Google Cloud TPU v5e documentation, per chip"),
+    _tpu("tpu-v5p", "v5p", "TPU v5", 95, 459, 918, 2765, 1200, 6,
          "Google Cloud TPU v5p documentation, per chip (int8: Google's v5p announcement)"),
-    _tpu("tpu-v6e", "v6e", "TPU v6 lite", 32, 918, 1836, 1638, "Google Cloud TPU v6e documentation, per chip"),
-    _gpu("a100", "NVIDIA A100-SXM4-80GB", 80, 312, 156, 624, 19.5, 2039, _PCIE4,
-         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); PCIe Gen4 x16"),
-    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 40, 312, 156, 624, 19.5, 1555, _PCIE4,
-         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB); PCIe Gen4 x16"),
-    _gpu("h100", "NVIDIA H100 80GB HBM3", 80, 989.5, 494.7, 1979, 66.9, 3350, _PCIE5,
-         "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16", "sm_90"),
-    _gpu("h100-pcie", "NVIDIA H100 PCIe", 80, 756.5, 378, 1513, 51.2, 2000, _PCIE5,
-         "NVIDIA H100 Tensor Core GPU datasheet (PCIe); PCIe Gen5 x16", "sm_90"),
-    _gpu("h200", "NVIDIA H200 141GB HBM3e", 141, 989.5, 494.7, 1979, 66.9, 4800, _PCIE5,
-         "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16", "sm_90"),
-    _gpu("b200", "NVIDIA B200", 180, 2250, 1125, 4500, 37, 8000, _PCIE5,
-         "NVIDIA HGX B200 datasheet, per GPU; PCIe Gen5 x16"),
-    _gpu("b300", "NVIDIA B300", 288, 2250, 1125, 4500, 1.25, 8000, _PCIE6,
-         "NVIDIA HGX B300 datasheet, per GPU; PCIe Gen6 x16"),
-    _gpu("gb200", "NVIDIA GB200", 186, 2500, 1250, 5000, 45, 8000, _C2C,
+    _tpu("tpu-v6e", "v6e", "TPU v6 lite", 32, 918, 1836, 1638, 800, 4, "Google Cloud TPU v6e documentation, per chip"),
+    _gpu("a100", "NVIDIA A100-SXM4-80GB", 80, 312, 156, 624, 19.5, 2039, _PCIE4, _NV3,
+         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); PCIe Gen4 x16; DGX A100 networking"),
+    _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 40, 312, 156, 624, 19.5, 1555, _PCIE4, _NV3,
+         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB); PCIe Gen4 x16; DGX A100 networking"),
+    _gpu("h100", "NVIDIA H100 80GB HBM3", 80, 989.5, 494.7, 1979, 66.9, 3350, _PCIE5, _NV4,
+         "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16; DGX H100 networking", "sm_90"),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe", 80, 756.5, 378, 1513, 51.2, 2000, _PCIE5, (600, 2, 400),
+         "NVIDIA H100 Tensor Core GPU datasheet (PCIe, NVLink bridge for two); PCIe Gen5 x16", "sm_90"),
+    _gpu("h200", "NVIDIA H200 141GB HBM3e", 141, 989.5, 494.7, 1979, 66.9, 4800, _PCIE5, _NV4,
+         "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16; DGX H200 networking", "sm_90"),
+    _gpu("b200", "NVIDIA B200", 180, 2250, 1125, 4500, 37, 8000, _PCIE5, _NV5,
+         "NVIDIA HGX B200 datasheet, per GPU; PCIe Gen5 x16; DGX B200 networking"),
+    _gpu("b300", "NVIDIA B300", 288, 2250, 1125, 4500, 1.25, 8000, _PCIE6, (1800, 8, 800),
+         "NVIDIA HGX B300 datasheet, per GPU; PCIe Gen6 x16; ConnectX-8 networking"),
+    _gpu("gb200", "NVIDIA GB200", 186, 2500, 1250, 5000, 45, 8000, _C2C, (1800, 72, 400),
          "NVIDIA GB200 NVL72 datasheet, per GPU; NVLink-C2C to the Grace CPU (900 GB/s both ways)"),
 )}
 """Every target under its name, TPU generations (one chip per device) and NVIDIA GPUs."""
@@ -615,13 +644,17 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     loop fusion that reads its input across a transpose, a few neighbouring elements at
     a time, moves a whole :data:`GPU_SECTOR_BYTES` sector for each such run
     (``strided_bytes`` of :class:`KernelTime`). The kernels run one after another; then the
-    bytes moved to and from host memory cross the host link, overlapped with nothing:
-    ``seconds``. :func:`kernel_rates` gives the rates in use.
+    bytes moved to and from host memory cross the host link, and each collective between
+    devices sends what a ring sends from each device at the published rate of the link
+    it crosses (``collective_seconds``), all overlapped with nothing: ``seconds``.
+    :func:`kernel_rates` gives the rates in use.
 
     The compiled program starts each host transfer asynchronously and waits for it later,
     with kernels scheduled in between. ``overlapped_seconds`` runs each transfer on the
     host link from its start (one at a time) and waits at its done only for what is left
-    of it after those kernels. It is not the estimate: on an H200, every offloading step
+    of it after those kernels; each collective the program starts asynchronously likewise
+    on the links between devices, and one it runs synchronously holds the kernels. It is
+    not the estimate: on an H200, every offloading step
     of the three larger models the guide timed, as a ratio to no checkpoint's time, came
     closer to ``seconds`` than to this (the guide's page on time on accelerators).
 
@@ -635,9 +668,11 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
     Left out of ``seconds``: transfers hidden behind compute (``overlapped_seconds``),
     memory-bound kernels slower than 90% of the bandwidth for other reasons (reductions,
     XLA's Triton fusions of a softmax, small kernels), elementwise math, autotuning's
-    choice of kernels, collectives between devices (costed as the device-memory bytes
-    they read and write, not at the link's rate). It is a model, compared with an H200's
-    measured step times on the guide's page on time on accelerators.
+    choice of kernels, collectives slower than their link's published rate (latency,
+    small messages, a ring over several axes of a TPU torus, which has more ports). The
+    collectives' part has not been checked against a run on several devices. It is a
+    model, compared with an H200's measured step times on the guide's page on time on
+    accelerators.
 
     Args:
         program: What XLA compiled for ``name``: a ``jax.stages.Compiled``, its text
@@ -666,6 +701,8 @@ def estimate_step(program: Any, name: str | Target, rates: roofline.Rates | None
         175
         >>> estimate.seconds == estimate.overlapped_seconds == estimate.kernel_seconds, estimate.transfer_seconds
         (True, 0.0)
+        >>> estimate.collective_seconds  # one device
+        0.0
         >>> round(estimate_step(compiled, "b200").compute_seconds * 1e6)  # no table: 70% of 2250 TFLOP/s
         87
         >>> on_tpu = place((jnp.ones((4096, 4096), jnp.bfloat16), jnp.ones((4096, 4096), jnp.bfloat16)), "tpu-v5e")
@@ -777,7 +814,23 @@ def kernel_rates(name: str | Target, plain: bool = False) -> roofline.Rates:
         {kind: rate * EFFICIENCY["matmul"] for kind, rate in hardware.matmul_flops.items()},
         hardware.memory_bandwidth * EFFICIENCY["memory"], (hardware.host_bandwidth or 1.0) * EFFICIENCY["host"],
         dot_rate=None if plain else _dot_rate(hardware), launch_seconds=GPU_KERNEL_LAUNCH_SECONDS if gpu else 0.0,
-        parallelism=GPU_MEMORY_COMPUTE_PARALLELISM if gpu else 1.0)
+        parallelism=GPU_MEMORY_COMPUTE_PARALLELISM if gpu else 1.0, link_bandwidth=_link_rate(hardware))
+
+
+def _link_rate(hardware: Hardware) -> Any:
+    """A collective's bytes per second each way by the devices it joins: within one domain, its links';
+    across domains, the network's. ``None`` for hardware without a published link rate."""
+    if hardware.link_bandwidth is None:
+        return None
+    domain, within, between = hardware.link_domain, hardware.link_bandwidth, hardware.network_bandwidth
+
+    def rate(groups: Any) -> float:
+        if domain is None or between is None or all(len({device // domain for device in group}) <= 1
+                                                     for group in groups):
+            return within
+        return between
+
+    return rate
 
 
 def _dot_rate(hardware: Hardware) -> Any:
