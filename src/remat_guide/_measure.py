@@ -24,7 +24,7 @@ from remat_guide._tracing import check_keywords
 from remat_guide.flops import count_flops
 from remat_guide.residuals import saved_residuals
 from remat_guide.sharded import is_sharded, residual_shardings
-from remat_guide.targets import Target, device_bytes, estimate_step, lowering_for, place, target, usable_bytes
+from remat_guide.targets import Estimate, Target, device_bytes, estimate_step, lowering_for, place, target, usable_bytes
 
 __all__ = ["BASELINE", "CHECKPOINTED_BASELINE", "STANDARD_POLICIES", "Inputs", "Measurement", "Program",
            "as_policies", "budget_or_usable", "call_loss", "check_inputs", "default_policies", "measure",
@@ -370,6 +370,7 @@ class Measurement:
     alias_bytes: int
     step_seconds: float | None
     refused: str | None = None
+    collective_seconds: float | None = None
 
 
 def _residual_bytes(loss: Callable, inputs: Inputs) -> int | None:
@@ -448,8 +449,10 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
         nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)
         return {**flops, **nothing, "peak_bytes": refused_bytes(refusal), "step_seconds": None,
                 "refused": refusal.splitlines()[0]}
+    estimate = _estimate(compiled, chosen)
     return {**flops, **_memory(types.SimpleNamespace(**compiled["memory"])),
-            "step_seconds": _step_seconds(compiled, chosen)}
+            "step_seconds": None if estimate is None else estimate.seconds,
+            "collective_seconds": None if estimate is None else estimate.collective_seconds}
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
@@ -492,13 +495,19 @@ def _on_target(lowered: Any, chosen: Target) -> tuple[dict[str, Any] | None, str
         return None, str(error)
 
 
-def _step_seconds(compiled: dict[str, Any], chosen: Target) -> float | None:
-    """The estimated step time of a program compiled for ``chosen``; ``None`` where the target's host link,
+def _estimate(compiled: dict[str, Any], chosen: Target) -> Estimate | None:
+    """The estimated step of a program compiled for ``chosen``; ``None`` where the target's host link,
     which the program uses, has no published rate (TPU chips)."""
     kernels = compiled["kernels"]
     if chosen.hardware.host_bandwidth is None and (kernels["host_out"] or kernels["host_in"]):
         return None
-    return estimate_step(kernels, chosen).seconds
+    return estimate_step(kernels, chosen)
+
+
+def _step_seconds(compiled: dict[str, Any], chosen: Target) -> float | None:
+    """The estimated step time of a program compiled for ``chosen`` (see :func:`_estimate`)."""
+    estimate = _estimate(compiled, chosen)
+    return None if estimate is None else estimate.seconds
 
 
 def target_step(loss_for: Callable, policy: Any, inputs: Inputs) -> tuple[int, bool, float | None]:
@@ -546,7 +555,7 @@ def _measurement(figures: dict[str, Any], residual_bytes: int | None) -> Measure
     return Measurement(residual_bytes, figures["temp_bytes"], figures["flops"], figures["reported_flops"],
                        figures["peak_bytes"], figures["host_bytes"], figures["argument_bytes"],
                        figures["output_bytes"], figures["alias_bytes"], figures.get("step_seconds"),
-                       figures.get("refused"))
+                       figures.get("refused"), figures.get("collective_seconds"))
 
 
 def measure(programs: Sequence[Program], inputs: Inputs) -> list[Measurement]:

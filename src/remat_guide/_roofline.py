@@ -39,7 +39,7 @@ _COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "rag
 _PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
 _REPLICAS = re.compile(r"\breplica_count=(\d+)")
 _IOTA = re.compile(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-_MESH = re.compile(r"mesh\[([^\]]*)\](?:, device_ids=\(([^)]*)\))? \{([^}]*)\}")
+_MESH = re.compile(r"mesh\[([^\]]*)\](?:, device_ids=\((.*?)\))? \{([^}]*)\}")
 _SLICES = {"dynamic-slice", "slice"}
 _GEMM = re.compile(r'custom_call_target="__cublas\$(?:gemm|lt\$matmul)')
 # Operations that read each element of their operands at the position they write it:
@@ -836,7 +836,8 @@ class _Program:
             link = self.link(instruction, computation)
             if link is not None:
                 self.collectives[link] += times
-                continue
+                if instruction.opcode != "fusion":
+                    continue
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue
@@ -854,7 +855,10 @@ class _Program:
         if not found and called and instruction.opcode in ("fusion", "fusion-start", "async-start", "call-start"):
             found = [(inner, called[0]) for inner in self.computations.get(called[0], []) if _collective(inner.opcode)]
         if not found:
-            return None  # a GPU program may fuse a collective into a kernel of its own (XLA's Triton collectives)
+            # A collective may run in a fusion of its own (XLA's Triton collectives on a GPU, a TPU's
+            # asynchronous collective fusions), or fused with the matmul that reads it (a TPU's
+            # all-gather and its dot), which then also counts as a kernel.
+            return None
         total, groups = 0, replica_group(found[0][0].attributes, self.devices)
         for collective, where in found:
             by_name = self.by_name.get(where, {})
@@ -904,7 +908,8 @@ class _Program:
                     starts[instruction.name] = len(starts)
                 items.append(["collective-start" if asynchronous else "collective", link[0],
                               [list(group) for group in link[1]]])
-                continue
+                if instruction.opcode != "fusion":
+                    continue
             cost = self.cost(instruction, computation)
             if cost is None:
                 continue

@@ -94,6 +94,10 @@ class PolicyRow:
             timed from the device's rates, plus its host transfers); ``None`` on the CPU, and on a TPU target
             for a program that moves bytes to or from host memory (no published
             host-link rate). On a TPU it is shown, not ranked on.
+        collective_seconds: The part of ``step_seconds`` that the program's collectives
+            between devices take at their links' published rates
+            (``collective_seconds`` of :func:`remat_guide.targets.estimate_step`): 0 on
+            one device, ``None`` where ``step_seconds`` is.
         refused: The first line of XLA's TPU compiler's error when it refused to compile
             the program because it does not fit the chip's memory; then ``peak_bytes``
             (and ``device_bytes``) is the memory that message says the program needs
@@ -122,6 +126,7 @@ class PolicyRow:
     alias_bytes: int = 0
     step_seconds: float | None = None
     refused: str | None = None
+    collective_seconds: float | None = None
 
     @property
     def device_bytes(self) -> int:
@@ -176,13 +181,15 @@ class PolicyRow:
                            validation.integer(self.compiled, "PolicyRow.compiled", minimum=0))
         if self.target is not None:
             object.__setattr__(self, "target", target(self.target).name)
-        seconds = self.step_seconds
-        if seconds is not None:
+        for field in ("step_seconds", "collective_seconds"):
+            seconds = getattr(self, field)
+            if seconds is None:
+                continue
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                raise TypeError(f"PolicyRow.step_seconds must be a number or None, got {type(seconds).__name__}")
+                raise TypeError(f"PolicyRow.{field} must be a number or None, got {type(seconds).__name__}")
             if not seconds >= 0:
-                raise ValueError(f"PolicyRow.step_seconds must not be negative, got {seconds}")
-            object.__setattr__(self, "step_seconds", float(seconds))
+                raise ValueError(f"PolicyRow.{field} must not be negative, got {seconds}")
+            object.__setattr__(self, field, float(seconds))
 
 
 def _policy_rows(rows: Any) -> list[PolicyRow]:
@@ -241,6 +248,8 @@ class Comparison(list[PolicyRow]):
             frame.insert(6, "host_bytes", [row.host_bytes for row in self])
             if any(row.step_seconds is not None for row in self):
                 frame["step_seconds"] = [row.step_seconds for row in self]
+            if any(row.collective_seconds for row in self):
+                frame["collective_seconds"] = [row.collective_seconds for row in self]
         return frame
 
     def table(self) -> Table:
@@ -261,7 +270,8 @@ class Comparison(list[PolicyRow]):
         frame = self.to_pandas().rename(columns={
             "residual_bytes": "residuals", "temp_bytes": "XLA temp", "flops": "true FLOPs",
             "reported_flops": "XLA-reported FLOPs", "flops_ratio": ratio, "device_bytes": "device memory",
-            "peak_bytes": "XLA peak", "host_bytes": "host (offloaded)", "step_seconds": "est. step time"})
+            "peak_bytes": "XLA peak", "host_bytes": "host (offloaded)", "step_seconds": "est. step time",
+            "collective_seconds": "est. collectives"})
         units = {"residuals": "bytes", "XLA temp": "bytes", "true FLOPs": "flops", "XLA-reported FLOPs": "flops",
                  ratio: "ratio"}
         caption = None
@@ -278,9 +288,9 @@ class Comparison(list[PolicyRow]):
                      "host (offloaded)": "bytes", "FLOPs (CPU program)": "flops", ratio: "ratio"}
             if "est. step time" in frame.columns and not any(row.ranked_by_time for row in self):
                 # A TPU's estimate, which nothing ranks on, stays in to_pandas() and the rows.
-                frame = frame.drop(columns="est. step time")
+                frame = frame.drop(columns=[c for c in ("est. step time", "est. collectives") if c in frame])
             if "est. step time" in frame.columns:
-                units["est. step time"] = "seconds"
+                units["est. step time"] = units["est. collectives"] = "seconds"
                 base = next((row.step_seconds for row in self if row.name == baseline and row.policy is None), None)
                 if base:
                     time_ratio = f"time vs {baseline}"
@@ -311,7 +321,7 @@ def row_of(program: Program, m: Measurement, base_flops: int, inputs: Inputs) ->
                      peak_bytes=m.peak_bytes, host_bytes=m.host_bytes,
                      target=None if inputs.target is None else inputs.target.name,
                      argument_bytes=m.argument_bytes, output_bytes=m.output_bytes, alias_bytes=m.alias_bytes,
-                     step_seconds=m.step_seconds, refused=m.refused)
+                     step_seconds=m.step_seconds, refused=m.refused, collective_seconds=m.collective_seconds)
 
 
 def _rows(programs: Sequence[Program], inputs: Inputs) -> Comparison:
@@ -549,7 +559,9 @@ def recommend_policy(
     estimated step time (``step_seconds``) is chosen; elsewhere (on a TPU, where no run
     has checked the estimate, and on the CPU) the one with the fewest FLOPs, which says
     what is recomputed, not how long a step takes. A tie goes to the one using less memory.
-    The estimate is a model with host copies after the kernels, not overlapped; its error
+    The estimate is a model with host copies and collectives between devices after the
+    kernels, not overlapped (the collectives at their links' published rates, unchecked
+    by any multi-device run); its error
     against an H200's measured steps, program by program, is on the guide's page on time
     on accelerators, and two policies whose estimates are closer than that error are not
     ranked by it, whichever the pick names. Copies can hide: at a 70B model's width an

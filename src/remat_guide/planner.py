@@ -225,7 +225,8 @@ def plan_names(
     host memory fits ``host_budget_bytes``, if given), those of least cost
     (:func:`remat_guide.planner.cost`). On a GPU target the cost is the estimated step
     time (``step_seconds``), in which an offloaded value costs its trip to host memory
-    and back, after the kernels (not overlapped; its error against an H200's measured steps
+    and back, and on several devices each collective its bytes at its link's published
+    rate, after the kernels (not overlapped; its error against an H200's measured steps
     is on the guide's page on time on accelerators, and at a 70B model's width an H200 hid
     most of the copies of the query, key and value, so small offloads cost less than
     this); on a TPU target (where no run has

@@ -15,10 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from remat_guide import _matmul_table as matmul_table
 from remat_guide import _roofline as roofline
 from remat_guide.site import hardware
+from remat_guide.site.stored import compile_ahead
 from remat_guide.targets import (
     EFFICIENCY,
     GPU_KERNEL_LAUNCH_SECONDS,
@@ -29,6 +32,7 @@ from remat_guide.targets import (
     kernel_rates,
     lowering_for,
     place,
+    target_devices,
 )
 
 GPU = "h100"
@@ -216,6 +220,63 @@ def test_transfers_overlap_the_kernels_between_their_start_and_done_one_at_a_tim
     assert estimate([["start", 2 * 10**9, 0], ["sync", 10**9, 0, {}, 0], ["done", 0]]) == pytest.approx(3e-3)
     # A loop runs its body's schedule once per trip: 2 ms of transfer behind 1 ms of kernel.
     assert estimate([["run", "body", 4]]) == pytest.approx(8e-3)
+
+
+def gathered(target, count, shape, axis):
+    """What the compiler made, from the figure store, of gathering onto every device an array sharded along one
+    axis of a ``(node, gpu)`` mesh (the program the guide's page on time shows)."""
+    devices = np.array(target_devices(target, count)).reshape(count // 8 if count > 8 else 1, min(count, 8))
+    mesh = jax.sharding.Mesh(devices, ("node", "gpu"))
+    x = jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, P(axis)))
+    return compile_ahead(jax.jit(lambda x: 2 * x, out_shardings=NamedSharding(mesh, P())).lower(x), target)
+
+
+@pytest.mark.parametrize("axis, group, rate", [
+    ("gpu", list(range(8)), 450e9),  # within a node: NVLink, 900 GB/s both ways
+    ("node", [0, 8], 50e9),  # between nodes: a 400 Gb/s adapter per GPU
+])
+def test_a_collective_sends_what_a_ring_sends_at_the_rate_of_the_link_it_crosses(axis, group, rate):
+    figures = gathered("h100", 16, (8192, 4096), axis).kernels
+    shard = 8192 * 4096 * 4 // len(group)
+    # Each device sends its shard to each of the others; nothing of it is counted as a kernel.
+    assert [row[1:] for row in figures["collectives"]] == [[shard * (len(group) - 1), [group]]]
+    assert "schedule" in figures
+    estimate = estimate_step(figures, "h100")
+    assert estimate.collective_seconds == pytest.approx(shard * (len(group) - 1) / rate + GPU_KERNEL_LAUNCH_SECONDS)
+    assert estimate.seconds == pytest.approx(estimate.kernel_seconds + estimate.collective_seconds)
+    # One device moves nothing between devices.
+    assert estimate_step(compiled_for(lambda x: 2 * x, jnp.ones((8192, 1024))), "h100").collective_seconds == 0
+
+
+def test_a_tpu_collective_runs_on_a_ring_of_the_chips_ici():
+    (row,) = gathered("tpu-v5e", 4, (4096, 1024), "gpu").kernels["collectives"]
+    assert row[1:] == [3 * 4096 * 1024, [[0, 1, 2, 3]]]
+    # Two of a v5e chip's four ports each way: its 400 GB/s of two-way ICI over four.
+    assert estimate_step({"kernels": [], "host_out": 0, "host_in": 0, "collectives": [row]},
+                         "tpu-v5e").collective_seconds == pytest.approx(3 * 4096 * 1024 / 100e9)
+
+
+def test_collectives_overlap_the_kernels_between_their_start_and_done_on_links_of_their_own():
+    def estimate(items):
+        figures = {"kernels": [], "host_out": 0, "host_in": 0, "schedule": {"entry": "main", "computations": {
+            "main": items}}}
+        rates = roofline.Rates({"f32": 10**14}, 10**12, 10**12,
+                               link_bandwidth=lambda groups: 10**12 if max(map(max, groups)) < 8 else 10**11)
+        return roofline.step_seconds(figures, rates)["overlapped_seconds"]
+
+    node, nodes = [list(range(8))], [[0, 8]]
+    kernel = ["kernels", [[3, {}, 10**9]]]  # 3 ms
+    # A 2 ms all-gather within a node hides behind 3 ms of kernels; across nodes it takes 20 ms.
+    assert estimate([["collective-start", 2 * 10**9, node], kernel, ["done", 0]]) == pytest.approx(3e-3)
+    assert estimate([["collective-start", 2 * 10**9, nodes], kernel, ["done", 0]]) == pytest.approx(20e-3)
+    # A collective the program does not start asynchronously holds the kernels.
+    assert estimate([["collective", 2 * 10**9, node], kernel]) == pytest.approx(5e-3)
+    # A host transfer and a collective use different links: both hide.
+    assert estimate([["start", 2 * 10**9, 0], ["collective-start", 2 * 10**9, node], kernel, ["done", 0],
+                     ["done", 1]]) == pytest.approx(3e-3)
+    # Two collectives share the links between devices.
+    assert estimate([["collective-start", 2 * 10**9, node], ["collective-start", 2 * 10**9, node], kernel,
+                     ["done", 0], ["done", 1]]) == pytest.approx(4e-3)
 
 
 def test_each_kernel_takes_its_slower_resource():

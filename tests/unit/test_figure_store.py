@@ -171,6 +171,25 @@ def test_each_entry_keeps_its_program_and_how_it_was_compiled(site_store):
     assert figure_store.verify(site_store / "store", jobs=1) == 0
 
 
+def test_a_sharded_entry_kept_before_the_store_held_its_collectives_is_compiled_again(site_store, capsys):
+    mesh = jax.sharding.Mesh(np.array(target_devices("tpu-v5p", 8)).reshape(4, 2), ("data", "model"))
+    w = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P("data", "model")))
+    lowered = jax.jit(lambda w: w.sum(0), out_shardings=NamedSharding(mesh, P())).lower(w)
+    compile_ahead(lowered, "tpu-v5p")
+    make_figures(site_store)
+    (key, entry), = store.load(site_store / "store").items()
+    assert entry["kernels"]["collectives"] and "schedule" in entry["kernels"]
+    # As the store kept it before collectives were read: they were kernels then.
+    old = {**entry, "kernels": {k: v for k, v in entry["kernels"].items() if k not in ("collectives", "schedule")}}
+    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
+    store.load.cache_clear()
+    assert store.outdated(store.load(site_store / "store")[key], "tpu")
+    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
+    assert "1 lack a figure the pages now read" in capsys.readouterr().out
+    make_figures(site_store)
+    assert store.load(site_store / "store")[key] == entry and not store.outdated(entry, "tpu")
+
+
 def test_a_kept_program_that_is_not_the_keyed_one_fails_verification(site_store, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     compile_ahead(lowered_for("h100", scale=3.0), "h100")

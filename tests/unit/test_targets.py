@@ -438,6 +438,8 @@ def test_a_row_names_its_target_by_name_and_fits_by_its_backends_figure():
     (dict(alias_bytes=-1), ValueError),
     (dict(step_seconds=-1.0), ValueError),
     (dict(step_seconds="1"), TypeError),
+    (dict(collective_seconds=-1.0), ValueError),
+    (dict(collective_seconds=True), TypeError),
 ])
 def test_bad_target_fields_are_refused(changes, error):
     with pytest.raises(error):
@@ -469,6 +471,12 @@ def test_target_columns_appear_only_with_a_target():
     assert "est. step time" not in str(tpu_timed) and "time vs" not in str(tpu_timed)
     mixed = Comparison([row(name="a", target=TPU), row(name="b", target=GPU)])
     assert "target" in mixed.table().frame.columns
+    # On several devices, the collectives' part of the estimate has a column of its own.
+    assert "collective_seconds" not in timed.to_pandas().columns
+    sharded = Comparison([row(name="no checkpoint", target=GPU, step_seconds=0.002, collective_seconds=0.0005),
+                          row(name="b", target=GPU, step_seconds=0.003, collective_seconds=0.001)])
+    assert list(sharded.to_pandas()["collective_seconds"]) == [0.0005, 0.001]
+    assert "est. collectives (ms)" in str(sharded)
 
 
 def test_placing_targets_accepts_a_target_object():

@@ -166,17 +166,20 @@ def _fits(row: Any, setup: Setup) -> str:
 
 
 def summary(key: str, attention: str = ATTENTION) -> pd.DataFrame:
-    """One setup's figures at one sequence per FSDP group: per policy, memory per device, fit, time, host, FLOPs."""
+    """One setup's figures at one sequence per FSDP group: per policy, memory per device, fit, time (and of it,
+    the collectives' on several devices), host, FLOPs."""
     setup = _setup(key)
     compared = rows(key, attention)
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "policy": [row.name for row in compared],
         "memory": [row.device_bytes for row in compared],
         "fits": [_fits(row, setup) for row in compared],
         "est. step": [row.step_seconds for row in compared],
+        "collectives": [row.collective_seconds for row in compared],
         "host": [row.host_bytes for row in compared],
         "FLOPs": [row.flops for row in compared],
     })
+    return frame if any(row.collective_seconds for row in compared) else frame.drop(columns="collectives")
 
 
 def answers() -> pd.DataFrame:

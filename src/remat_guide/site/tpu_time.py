@@ -93,6 +93,7 @@ class MaxTextRun:
 
     Attributes:
         seconds, compute_seconds, memory_seconds: The estimate and its two resources alone.
+        collective_seconds: Its collectives between chips, at the ICI's published rate.
         model_flops: What utilization counts, per chip (:func:`model_flops_per_chip`).
         attention_flops: The causal attention's share of ``model_flops``.
         matmul_flops: The compiled program's matmul FLOPs per chip, recomputation included.
@@ -108,6 +109,7 @@ class MaxTextRun:
     matmul_flops: float
     device_bytes: int
     mfu: float
+    collective_seconds: float = 0.0
 
 
 def model_flops_per_chip(config: models.DecoderConfig, tokens: int, seq: int) -> tuple[float, float]:
@@ -140,4 +142,5 @@ def maxtext_estimate() -> MaxTextRun:
     peak = TARGETS[name].hardware.matmul_flops["bf16"]
     memory = compiled.memory_analysis()
     return MaxTextRun(estimate.seconds, estimate.compute_seconds, estimate.memory_seconds, flops, attention,
-                      float(compiled.matmul_flops), int(memory.peak_memory_in_bytes), flops / (estimate.seconds * peak))
+                      float(compiled.matmul_flops), int(memory.peak_memory_in_bytes), flops / (estimate.seconds * peak),
+                      estimate.collective_seconds)
