@@ -1174,8 +1174,8 @@ def step_seconds(figures: Mapping[str, Any], rates: Rates) -> dict[str, float]:
         memory += count * moved
         kernel += count * rates.combined(matmul, moved)
     transfer = (int(figures["host_out"]) + int(figures["host_in"])) / rates.host_bandwidth
-    collective = sum(count * rates.collective(nbytes, groups)
-                     for count, nbytes, groups in figures.get("collectives", ()))
+    collective = sum((count * rates.collective(nbytes, groups)
+                      for count, nbytes, groups in figures.get("collectives", ())), 0.0)
     schedule = figures.get("schedule")
     serial = kernel + transfer + collective
     overlapped = _overlapped(schedule, schedule["entry"], rates) if schedule else serial

@@ -304,7 +304,8 @@ def test_when_the_predictions_hold_the_search_compiles_only_the_answer(monkeypat
         compiled.extend(program.label for program in programs)
         return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
                                 peak_bytes=device, host_bytes=host, argument_bytes=0,
-                                output_bytes=0, alias_bytes=0, step_seconds=None, refused=None)
+                                output_bytes=0, alias_bytes=0, step_seconds=None, refused=None,
+                                collective_seconds=None)
                 for flops, device, host in map(additive_figures, (p.label for p in programs))]
 
     monkeypatch.setattr(remat_guide.planner, "measure", answered)
@@ -330,7 +331,8 @@ def test_exact_finds_a_plan_that_fits_far_below_its_prediction(monkeypatch):
     def answered(programs, inputs):
         return [SimpleNamespace(residual_bytes=0, temp_bytes=device, flops=flops, reported_flops=flops,
                                 peak_bytes=device, host_bytes=host, argument_bytes=0,
-                                output_bytes=0, alias_bytes=0, step_seconds=None, refused=None)
+                                output_bytes=0, alias_bytes=0, step_seconds=None, refused=None,
+                                collective_seconds=None)
                 for flops, device, host in map(quirky, (p.label for p in programs))]
 
     monkeypatch.setattr(remat_guide.planner, "measure", answered)
