@@ -252,7 +252,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     _gpu("h100", "NVIDIA H100 80GB HBM3", 80, 989.5, 494.7, 1979, 66.9, 3350, _PCIE5, _NV4,
          "NVIDIA H100 Tensor Core GPU datasheet (SXM5); PCIe Gen5 x16; DGX H100 networking", "sm_90"),
     _gpu("h100-pcie", "NVIDIA H100 PCIe", 80, 756.5, 378, 1513, 51.2, 2000, _PCIE5, (600, 2, 400),
-         "NVIDIA H100 Tensor Core GPU datasheet (PCIe, NVLink bridge for two); PCIe Gen5 x16", "sm_90"),
+         "NVIDIA H100 Tensor Core GPU datasheet (PCIe, NVLink bridge for two); PCIe Gen5 x16; "
+         "DGX H100's networking assumed", "sm_90"),
     _gpu("h200", "NVIDIA H200 141GB HBM3e", 141, 989.5, 494.7, 1979, 66.9, 4800, _PCIE5, _NV4,
          "NVIDIA H200 Tensor Core GPU datasheet (SXM); PCIe Gen5 x16; DGX H200 networking", "sm_90"),
     _gpu("b200", "NVIDIA B200", 180, 2250, 1125, 4500, 37, 8000, _PCIE5, _NV5,

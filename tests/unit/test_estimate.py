@@ -346,11 +346,16 @@ def test_every_target_documents_its_rates_and_only_gpus_publish_a_host_link():
             # The default precision multiplies float32 operands in one bfloat16 pass.
             assert rates.matmul_flops["bf16"] == rates.matmul_flops["f32"] > 0
             assert rates.host_bandwidth is None and not target.ranks_by_time
+            # A slice's chips are all on the ICI, at two of each chip's ports each way.
+            assert rates.link_bandwidth > 0 and rates.link_domain is rates.network_bandwidth is None
             with pytest.raises(ValueError, match="host-link rate"):
                 estimate_step({"kernels": [], "host_out": 1, "host_in": 0}, target.name)
             continue
         assert rates.matmul_flops["bf16"] > rates.matmul_flops["f32"] > 0
         assert rates.memory_bandwidth > rates.host_bandwidth > 0 and target.ranks_by_time
+        # NVLink joins a node's GPUs (or a rack's, or a pair); the network between nodes is slower.
+        assert rates.memory_bandwidth > rates.link_bandwidth > rates.network_bandwidth > 0
+        assert rates.link_domain in (2, 8, 72)
     with pytest.raises(TypeError, match="program must be"):
         estimate_step(3, GPU)
 
