@@ -171,6 +171,17 @@ def test_each_entry_keeps_its_program_and_how_it_was_compiled(site_store):
     assert figure_store.verify(site_store / "store", jobs=1) == 0
 
 
+def kept_before_and_refreshed(site_store, capsys, key, old, platform):
+    """Keeps ``old`` in place of the entry under ``key``, as an older store did; the refresh compiles it again
+    and ``make figures`` stores what it compiled."""
+    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
+    store.load.cache_clear()
+    assert store.outdated(store.load(site_store / "store")[key], platform)
+    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
+    assert "1 lack a figure the pages now read" in capsys.readouterr().out
+    make_figures(site_store)
+
+
 def test_a_sharded_entry_kept_before_the_store_held_its_collectives_is_compiled_again(site_store, capsys):
     mesh = jax.sharding.Mesh(np.array(target_devices("tpu-v5p", 8)).reshape(4, 2), ("data", "model"))
     w = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P("data", "model")))
@@ -181,12 +192,7 @@ def test_a_sharded_entry_kept_before_the_store_held_its_collectives_is_compiled_
     assert entry["kernels"]["collectives"] and "schedule" in entry["kernels"]
     # As the store kept it before collectives were read: they were kernels then.
     old = {**entry, "kernels": {k: v for k, v in entry["kernels"].items() if k not in ("collectives", "schedule")}}
-    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
-    store.load.cache_clear()
-    assert store.outdated(store.load(site_store / "store")[key], "tpu")
-    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
-    assert "1 lack a figure the pages now read" in capsys.readouterr().out
-    make_figures(site_store)
+    kept_before_and_refreshed(site_store, capsys, key, old, "tpu")
     assert store.load(site_store / "store")[key] == entry and not store.outdated(entry, "tpu")
 
 
@@ -291,13 +297,7 @@ def test_a_gpu_entry_kept_before_its_kernels_held_their_shapes_or_strided_bytes_
     older = {**entry, "kernels": {**entry["kernels"], "kernels": [row[:3] for row in entry["kernels"]["kernels"]]}}
     assert store.outdated(older, "cuda")
     kernels = {**entry["kernels"], "kernels": [row[:4] for row in entry["kernels"]["kernels"]]}
-    old = {**entry, "kernels": kernels}
-    store.write(site_store / "store", [{**old, "check": store.digest(old)}])
-    store.load.cache_clear()
-    assert store.outdated(store.load(site_store / "store")[key], "cuda")
-    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
-    assert "1 lack a figure the pages now read" in capsys.readouterr().out
-    make_figures(site_store)
+    kept_before_and_refreshed(site_store, capsys, key, {**entry, "kernels": kernels}, "cuda")
     assert store.load(site_store / "store")[key] == entry
 
 
