@@ -852,12 +852,12 @@ class _Program:
         any other instruction (see :func:`collective_link_bytes`)."""
         found = [(instruction, computation)] if _collective(instruction.opcode) else []
         called = _CALLS.findall(instruction.attributes)
+        # A collective may run in a fusion of its own (XLA's Triton collectives on a GPU, a TPU's
+        # asynchronous collective fusions), or fused with the matmul that reads it (a TPU's
+        # all-gather and its dot), which then also counts as a kernel.
         if not found and called and instruction.opcode in ("fusion", "fusion-start", "async-start", "call-start"):
             found = [(inner, called[0]) for inner in self.computations.get(called[0], []) if _collective(inner.opcode)]
         if not found:
-            # A collective may run in a fusion of its own (XLA's Triton collectives on a GPU, a TPU's
-            # asynchronous collective fusions), or fused with the matmul that reads it (a TPU's
-            # all-gather and its dot), which then also counts as a kernel.
             return None
         total, groups = 0, replica_group(found[0][0].attributes, self.devices)
         for collective, where in found:
