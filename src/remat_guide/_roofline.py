@@ -9,7 +9,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Rates", "collective_link_bytes", "kernels", "matmul_flops_once", "replica_group", "step_seconds"]
+__all__ = ["Rates", "collective_link_bytes", "is_collective", "kernels", "matmul_flops_once", "replica_group",
+           "step_seconds"]
 
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
           "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1, "f8e8m0fnu": 1, "f4e2m1fn": 1,
@@ -388,8 +389,7 @@ def _iota(groups: str, dims: str, order: str | None) -> list[list[int]]:
     ids = np.arange(math.prod(shape)).reshape(shape)
     if order:
         ids = ids.transpose([int(d) for d in order.split(",")])
-    rows = [int(d) for d in groups.split(",")]
-    return ids.reshape(rows[0], -1).tolist() if rows else [ids.ravel().tolist()]
+    return ids.reshape(int(groups.split(",")[0]), -1).tolist()
 
 
 def _mesh_group(axes: str, device_ids: str | None, grouped: str) -> list[int]:
@@ -478,9 +478,14 @@ def collective_link_bytes(opcode: str, nbytes: int, groups: Sequence[Sequence[in
     return 2 * share if base == "all-reduce" else share
 
 
-def _collective(opcode: str) -> bool:
-    """Whether an instruction moves bytes between devices: a collective, or the start of an asynchronous one."""
-    return opcode in _COLLECTIVES or (opcode.endswith("-start") and opcode.removesuffix("-start") in _COLLECTIVES)
+def is_collective(opcode: str) -> bool:
+    """Whether an instruction moves bytes between devices: a collective, or the start of an asynchronous one.
+
+    Examples:
+        >>> is_collective("all-gather-start"), is_collective("reduce-scatter"), is_collective("fusion-start")
+        (True, True, False)
+    """
+    return opcode.removesuffix("-start") in _COLLECTIVES
 
 
 def _merged(found: Mapping[tuple[Any, ...], int], shapes: bool) -> list[list[Any]]:
@@ -510,7 +515,6 @@ class _Program:
         partitions, replicas = _PARTITIONS.search(header), _REPLICAS.search(header)
         self.devices = (int(partitions.group(1)) if partitions else 1) * (int(replicas.group(1)) if replicas else 1)
         self.collectives: collections.Counter = collections.Counter()
-        self.has_collectives = any(_collective(i.opcode) for body in self.computations.values() for i in body)
 
     def matmul_flops(self, computation: str, seen: frozenset = frozenset()) -> dict[str, int]:
         """The FLOPs of the dots in a fused computation and the computations it calls."""
@@ -850,22 +854,22 @@ class _Program:
     def link(self, instruction: _Instruction, computation: str) -> tuple[int, tuple[tuple[int, ...], ...]] | None:
         """A collective's bytes over each device's link and the devices they travel between; ``None`` for
         any other instruction (see :func:`collective_link_bytes`)."""
-        found = [(instruction, computation)] if _collective(instruction.opcode) else []
-        called = _CALLS.findall(instruction.attributes)
+        found = [(instruction, computation)] if is_collective(instruction.opcode) else []
         # A collective may run in a fusion of its own (XLA's Triton collectives on a GPU, a TPU's
         # asynchronous collective fusions), or fused with the matmul that reads it (a TPU's
         # all-gather and its dot), which then also counts as a kernel.
-        if not found and called and instruction.opcode in ("fusion", "fusion-start", "async-start", "call-start"):
-            found = [(inner, called[0]) for inner in self.computations.get(called[0], []) if _collective(inner.opcode)]
-        if not found:
-            return None
-        total, groups = 0, replica_group(found[0][0].attributes, self.devices)
+        if not found and instruction.opcode in ("fusion", "fusion-start", "async-start", "call-start"):
+            called = _CALLS.findall(instruction.attributes)
+            found = [(inner, called[0]) for inner in self.computations.get(called[0], [])
+                     if is_collective(inner.opcode)] if called else []
+        total, first = 0, None
         for collective, where in found:
             by_name = self.by_name.get(where, {})
             nbytes = sum(a.logical_bytes for o in collective.operands if o in by_name for a in by_name[o].arrays)
-            total += collective_link_bytes(collective.opcode, nbytes, replica_group(collective.attributes,
-                                                                                    self.devices))
-        return total, tuple(tuple(group) for group in groups)
+            groups = replica_group(collective.attributes, self.devices)
+            total += collective_link_bytes(collective.opcode, nbytes, groups)
+            first = groups if first is None else first
+        return None if first is None else (total, tuple(tuple(group) for group in first))
 
     def schedule(self, computation: str, seen: frozenset = frozenset()) -> list[list[Any]] | None:
         """A computation in the order XLA scheduled it, as :func:`kernels` describes; ``None`` when it moves
@@ -1026,7 +1030,7 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     if platform == "tpu":
         figures["loops_counted_once"] = len(program.unknown)
         figures["matmul_flops_once"] = program.flops_once()
-    if program.has_collectives:
+    if any(is_collective(i.opcode) for body in program.computations.values() for i in body):
         figures["collectives"] = [[count, nbytes, [list(group) for group in groups]]
                                   for (nbytes, groups), count in sorted(program.collectives.items())]
     if program.host_out or program.host_in or program.collectives:

@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
+from remat_guide import _roofline as roofline
+
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
            "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log", "outdated",
            "program_bytes", "program_name", "program_path", "read_program", "start_page", "store_folder", "write",
@@ -30,8 +32,6 @@ PROGRAMS = "programs"
 """The store's folder of lowered programs, one ``<key>.mlir.xz`` each: enough to compile an entry again."""
 
 _MODULE = re.compile(r"^module @([\w.$-]+)", re.MULTILINE)
-_COLLECTIVE = re.compile(r"(?:all-gather|all-reduce|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
-                         r"collective-broadcast)(?:-start)?")
 
 
 class StoreError(ValueError):
@@ -89,7 +89,7 @@ def outdated(entry: dict[str, Any], platform: str) -> bool:
     if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
-    collectives = any(_COLLECTIVE.fullmatch(opcode) for opcode in entry.get("instructions") or {})
+    collectives = any(map(roofline.is_collective, entry.get("instructions") or {}))
     return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels) or (
         platform == "tpu" and "matmul_flops_once" not in kernels) or (
         platform == "cuda" and any(len(row) < 5 for row in kernels["kernels"])) or (
