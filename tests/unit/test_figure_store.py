@@ -1,5 +1,7 @@
 """The figure store: accelerator programs compiled once, read back by key, recorded when missing, checked."""
 
+import concurrent.futures
+import copy
 import json
 import os
 import random
@@ -14,6 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import counting_compiles
+from remat_guide import _cache as cache
 from remat_guide import _jax_internals as jax_internals
 from remat_guide import _store as store
 from remat_guide import compare_policies
@@ -25,11 +28,48 @@ from remat_guide.targets import place, target_devices
 
 ARGS = mlp_args(layers=2, n=32, d=16)
 POLICIES = ["nothing_saveable"]
+WORKER_PROCESSES = concurrent.futures.ProcessPoolExecutor
+
+
+class _InProcess(concurrent.futures.ThreadPoolExecutor):
+    """The worker pool of ``figure_store.recompile`` as one thread of this process: the same compiles from the
+    kept programs, without a process per worker that imports JAX and starts the compilers."""
+
+    def __init__(self, max_workers=None, mp_context=None, initializer=None):
+        super().__init__(1)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """XLA's figures of each target program the module's tests compiled, by program, devices, options and log."""
+    return {}
 
 
 @pytest.fixture
-def site_store(tmp_path, monkeypatch):
-    """An empty store and build log, as the site's build sets them, for the page 'probe'."""
+def compile_once(compiled, monkeypatch):
+    """A miss compiles each program once per module: the tests compile the same few programs for their stores.
+
+    A compile that a test counts or watches (``counting_compiles`` wraps ``compile_text``) is always made.
+    """
+    compile_figures, compile_text = cache._compile_figures, jax_internals.compile_text
+
+    def once(lowered, options, log=False, platform=""):
+        if jax_internals.compile_text is not compile_text:
+            return compile_figures(lowered, options, log, platform)
+        key = (lowered.as_text(), lowered._lowering._device_list, json.dumps(jax_internals.compile_arguments(lowered)),
+               json.dumps(options, sort_keys=True), log, platform)
+        if key not in compiled:
+            compiled[key] = compile_figures(lowered, options, log, platform)
+        return copy.deepcopy(compiled[key])
+
+    monkeypatch.setattr(cache, "_compile_figures", once)
+
+
+@pytest.fixture
+def site_store(tmp_path, monkeypatch, compile_once):
+    """An empty store and build log, as the site's build sets them, for the page 'probe'; entries are compiled
+    again in this process (``worker_processes`` restores the processes)."""
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", _InProcess)
     monkeypatch.setenv(store.STORE_VARIABLE, str(tmp_path / "store"))
     monkeypatch.setenv(store.LOG_VARIABLE, str(tmp_path / "log"))
     monkeypatch.setenv(store.PAGE_VARIABLE, "probe")
@@ -39,6 +79,12 @@ def site_store(tmp_path, monkeypatch):
     store.load.cache_clear()
     yield tmp_path
     store.load.cache_clear()
+
+
+@pytest.fixture
+def worker_processes(site_store, monkeypatch):
+    """Entries compiled again as ``make verify-figures`` compiles them: in worker processes that each import JAX."""
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", WORKER_PROCESSES)
 
 
 def lowered_for(target, scale=2.0):
@@ -144,7 +190,7 @@ def test_a_recompile_that_differs_fails_verification_and_names_the_entry(site_st
     assert f"'temp_size_in_bytes': {entry['memory']['temp_size_in_bytes']}" in err
 
 
-def test_an_honest_store_passes_verification_and_the_check(site_store, capsys):
+def test_an_honest_store_passes_verification_and_the_check(site_store, worker_processes, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e", log=True)
     make_figures(site_store)
@@ -421,7 +467,7 @@ def test_log_lines_are_kept_when_asked_for_and_keyed_apart(site_store):
     assert len(store.Log(site_store / "log").reads()["probe"]) == 2
 
 
-def test_without_a_store_the_cache_keeps_each_setting_apart(tmp_path, monkeypatch):
+def test_without_a_store_the_cache_keeps_each_setting_apart(tmp_path, monkeypatch, compile_once):
     """REMAT_GUIDE_CACHE_DIR keys a target's figures by the options and the log too, as the store does."""
     monkeypatch.delenv(store.STORE_VARIABLE, raising=False)
     monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
