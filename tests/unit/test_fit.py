@@ -28,10 +28,25 @@ def _step_for(config=SMALL):
     return functools.partial(decoder_step, config)
 
 
+@functools.cache
+def _step(policy):
+    """SMALL's step under ``policy``, one function per policy: JAX traces a program that a search repeats once."""
+    return decoder_step(SMALL, policy)
+
+
+@pytest.fixture(scope="module")
+def h100_rows():
+    """SMALL's donated step at batch 2 and 16 tokens for an H100: no checkpoint, nothing_saveable, dots_saveable."""
+    args = decoder_args(SMALL, batch=2, seq=16)
+    return args, compare_policies(_step_for(), *args, step=True, target="h100",
+                                  policies=["nothing_saveable", "dots_saveable"])
+
+
 @pytest.mark.parametrize("target", [None, "h100"])
-def test_a_donated_steps_arguments_outputs_and_aliases_add_up_to_memory_analysis(target):
-    params, opt_state, batch = decoder_args(SMALL, batch=2, seq=16)
-    rows = compare_policies(_step_for(), params, opt_state, batch, step=True, target=target, policies=NOTHING)
+def test_a_donated_steps_arguments_outputs_and_aliases_add_up_to_memory_analysis(target, h100_rows):
+    (params, opt_state, batch), rows = h100_rows
+    if target is None:
+        rows = compare_policies(_step_for(), params, opt_state, batch, step=True, policies=NOTHING)
     state = device_nbytes(params) + device_nbytes(opt_state)
     table = _tuple_table(params, opt_state)
     for row in rows:
@@ -43,9 +58,9 @@ def test_a_donated_steps_arguments_outputs_and_aliases_add_up_to_memory_analysis
     assert device_nbytes(opt_state) == 2 * device_nbytes(params) + 4
 
 
-def test_a_step_without_donation_holds_its_outputs_beside_its_arguments():
-    args = decoder_args(SMALL, batch=2, seq=16)
-    donated = compare_policies(_step_for(), *args, step=True, target="h100", policies=NOTHING)[1]
+def test_a_step_without_donation_holds_its_outputs_beside_its_arguments(h100_rows):
+    args, rows = h100_rows
+    donated = rows[1]
     kept = compare_policies(_step_for(), *args, step=True, target="h100", policies=NOTHING, donate_argnums=())[1]
     assert kept.alias_bytes == 0 and kept.output_bytes == donated.output_bytes
     assert donated.device_bytes == (donated.argument_bytes + donated.temp_bytes
@@ -69,11 +84,11 @@ def test_the_memory_breakdown_adds_up_to_the_rows_device_memory():
     assert [name for name, layers, _ in memory.residuals if name == "query_proj"] == ["query_proj"]
 
 
-def test_a_negative_rest_of_temp_says_why_and_the_parts_still_add_up():
+def test_a_negative_rest_of_temp_says_why_and_the_parts_still_add_up(h100_rows):
     # Without a checkpoint, this small step's residuals and gradients add up to more than
     # XLA's temporary memory: it frees some values before it makes others.
-    args = decoder_args(SMALL, batch=2, seq=16)
-    row = compare_policies(_step_for(), *args, step=True, target="h100", policies=NOTHING)[0]
+    args, rows = h100_rows
+    row = rows[0]
     memory = step_memory(row, decoder_loss(SMALL, row.policy), *args)
     (name, rest, _), = [part for part in memory.parts if part[0].startswith("rest of temp")]
     assert rest < 0 and name.startswith("rest of temp, negative: the parts are sizes, not lifetimes")
@@ -91,10 +106,8 @@ def test_an_offloaded_residual_is_listed_on_the_host_not_the_device():
     assert rows[1].host_bytes > 0
 
 
-def test_recommend_policy_and_the_tables_take_step_rows():
-    args = decoder_args(SMALL, batch=2, seq=16)
-    rows = compare_policies(_step_for(), *args, step=True, target="h100",
-                            policies=["nothing_saveable", "dots_saveable"])
+def test_recommend_policy_and_the_tables_take_step_rows(h100_rows):
+    _, rows = h100_rows
     best = recommend_policy(rows=rows, budget_bytes=max(row.device_bytes for row in rows))
     assert best.step_seconds == min(row.step_seconds for row in rows)
     assert "residuals" not in rows.table().frame.columns
@@ -153,7 +166,7 @@ def test_refused_bytes_reads_both_forms_of_the_tpu_message():
 def test_largest_batch_stops_at_a_batch_that_fits_next_to_one_that_does_not():
     policy = jax.checkpoint_policies.nothing_saveable
     budget = 3 * 2**21
-    fit = largest_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), policy=policy, budget_bytes=budget,
+    fit = largest_batch(_step, lambda b: decoder_args(SMALL, b, 64), policy=policy, budget_bytes=budget,
                         target="h100", multiple=2, step=True)
     compiled = dict(fit.compiled)
     assert fit.batch % 2 == 0 and compiled[fit.batch] <= budget < compiled[fit.batch + 2]
@@ -166,11 +179,11 @@ TWO = {"full": MAXTEXT_PRESETS["full"], "minimal": MAXTEXT_PRESETS["minimal"]}
 
 def test_recommend_batch_picks_the_most_tokens_per_second_each_policy_at_its_largest_batch():
     budget = 3 * 2**21
-    plan = recommend_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), policies=TWO, target="h100",
+    plan = recommend_batch(_step, lambda b: decoder_args(SMALL, b, 64), policies=TWO, target="h100",
                            tokens_per_example=64, budget_bytes=budget, multiple=2)
     assert [row.name for row in plan.rows] == ["no checkpoint", "full", "minimal"]
     for row in plan.rows:
-        alone = largest_batch(_step_for(), lambda b: decoder_args(SMALL, b, 64), policy=row.policy,
+        alone = largest_batch(_step, lambda b: decoder_args(SMALL, b, 64), policy=row.policy,
                               budget_bytes=budget, target="h100", multiple=2, step=True)
         assert (row.batch, row.device_bytes) == (alone.batch, alone.device_bytes) and row.fit == alone
         assert row.tokens_per_second == pytest.approx(row.batch * 64 / row.step_seconds)
@@ -182,7 +195,7 @@ def test_recommend_batch_picks_the_most_tokens_per_second_each_policy_at_its_lar
 
 def test_recommend_batch_at_a_global_batch_picks_the_fastest_that_fits_it():
     args_for = functools.partial(decoder_args, SMALL, seq=64)
-    plan = recommend_batch(_step_for(), lambda b: args_for(b), policies=TWO, target="h100", tokens_per_example=64,
+    plan = recommend_batch(_step, lambda b: args_for(b), policies=TWO, target="h100", tokens_per_example=64,
                            budget_bytes=3 * 2**21, global_batch=8, include_none=False)
     rows = compare_policies(_step_for(), *args_for(8), step=True, target="h100", policies=TWO)
     by_name = {row.name: row for row in rows}
@@ -326,16 +339,19 @@ def test_bfloat16_parameters_keep_float32_moments():
 
 
 def test_the_step_trains():
-    params_spec, state_spec, batch_spec = decoder_args(SMALL, 2, 16)
-    keys = iter(jax.random.split(jax.random.key(0), 32))
-    params = jax.tree.map(lambda s: 0.02 * jax.random.normal(next(keys), s.shape, s.dtype), params_spec)
-    params = jax.tree.map(lambda p, s: jnp.ones(s.shape) if p.ndim <= 2 and "norm" in str(s) else p,
-                          params, params_spec)
+    params_spec, _, _ = decoder_args(SMALL, 2, 16)
+    # Drawn with NumPy: JAX would compile a program for each draw.
+    rng = np.random.default_rng(0)
+    params = jax.device_put(jax.tree_util.tree_map_with_path(
+        lambda path, s: np.ones(s.shape, s.dtype) if "norm" in jax.tree_util.keystr(path)
+        else (0.02 * rng.standard_normal(s.shape)).astype(s.dtype), params_spec))
     optimizer = optax.adamw(1e-2)
     state = optimizer.init(params)
-    tokens = jax.random.randint(next(keys), (2, 16), 0, SMALL.vocab)
-    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
-    step = jax.jit(decoder_step(SMALL, jax.checkpoint_policies.nothing_saveable, optimizer=optimizer))
+    tokens = rng.integers(0, SMALL.vocab, (2, 16), dtype=np.int32)
+    batch = {"inputs": tokens, "targets": np.roll(tokens, -1, axis=1)}
+    # LLVM's optimizations shape only the machine code, not what the step computes.
+    step = jax.jit(decoder_step(SMALL, jax.checkpoint_policies.nothing_saveable, optimizer=optimizer),
+                   compiler_options={"xla_backend_optimization_level": 0})
     losses = []
     for _ in range(5):
         params, state, loss = step(params, state, batch)
