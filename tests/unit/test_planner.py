@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
+import remat_guide.compare
 import remat_guide.planner
 from helpers import scanned_loss_for
 from remat_guide import compare_policies, plan_names
@@ -40,6 +41,44 @@ def least_cost_fitting(rows, budget, host_budget=None):
     fitting = [row for row in rows if row.device_bytes <= budget
                and (host_budget is None or row.host_bytes <= host_budget)]
     return min(cost(row) for row in fitting) * (1 + TOLERANCE)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def traced_once():
+    """Each program of this module traced and measured once, by plan_names or compare_policies.
+
+    A fresh measured dict still makes the search compile, and count, each plan it needs;
+    the program and its figures are those of the first time, as the cache folder gives them.
+    """
+    programs, figures = {}, {}
+
+    def once(key, trace):
+        if key not in programs:
+            programs[key] = trace()
+        return programs[key]
+
+    def baseline(loss_for, inputs):
+        key = (None, repr(remat_guide.planner._fingerprint(loss_for, inputs)))
+        return once(key, lambda: trace_baseline(loss_for, inputs))
+
+    def policy(loss_for, label, policy, inputs, tags):
+        key = (label, repr(remat_guide.planner._fingerprint(loss_for, inputs)))
+        return once(key, lambda: trace_policy(loss_for, label, policy, inputs, tags))
+
+    def measured(batch, inputs):
+        new = [program for program in batch if id(program) not in figures]
+        for program, result in zip(new, measure(new, inputs)):
+            figures[id(program)] = program, result
+        return [figures[id(program)][1] for program in batch]
+
+    trace_baseline, trace_policy, measure = (
+        remat_guide.planner.trace_baseline, remat_guide.planner.trace_policy, remat_guide.planner.measure)
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (remat_guide.planner, remat_guide.compare):
+            patch.setattr(module, "trace_baseline", baseline)
+            patch.setattr(module, "trace_policy", policy)
+            patch.setattr(module, "measure", measured)
+        yield
 
 
 @pytest.fixture(scope="module")
