@@ -52,18 +52,18 @@ def traced_once():
     """
     programs, figures = {}, {}
 
-    def once(key, trace):
+    def once(label, loss_for, inputs, trace):
+        # The model is kept with its program: its repr names its address, which no other may take.
+        key = (label, repr(remat_guide.planner._fingerprint(loss_for, inputs)))
         if key not in programs:
-            programs[key] = trace()
-        return programs[key]
+            programs[key] = trace(), loss_for
+        return programs[key][0]
 
     def baseline(loss_for, inputs):
-        key = (None, repr(remat_guide.planner._fingerprint(loss_for, inputs)))
-        return once(key, lambda: trace_baseline(loss_for, inputs))
+        return once(None, loss_for, inputs, lambda: trace_baseline(loss_for, inputs))
 
     def policy(loss_for, label, policy, inputs, tags):
-        key = (label, repr(remat_guide.planner._fingerprint(loss_for, inputs)))
-        return once(key, lambda: trace_policy(loss_for, label, policy, inputs, tags))
+        return once(label, loss_for, inputs, lambda: trace_policy(loss_for, label, policy, inputs, tags))
 
     def measured(batch, inputs):
         new = [program for program in batch if id(program) not in figures]
