@@ -313,7 +313,7 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     build_log = store.log()
     who = os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"
     entry = store.load(folder).get(key) if folder.is_dir() else None
-    if entry is not None and store.outdated(entry, platform):
+    if entry is not None and store.outdated(entry, platform, text):
         entry = None  # kept before the store held all that is read of it: compiled again, as a miss
     in_store = entry is not None
     if entry is None and build_log is not None:

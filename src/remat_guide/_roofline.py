@@ -351,18 +351,19 @@ _SPLASH_FORWARD_OPERANDS = 6
 def _splash_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
     """The FLOPs of one of Pallas's splash attention kernels on a TPU, from its query and keys."""
     arrays = [by_name[o].arrays[0] if o in by_name and by_name[o].arrays else None for o in call.operands]
-    if len(arrays) < _SPLASH_FORWARD_OPERANDS or any(a is None or len(a.dims) != 4 for a in arrays[2:5]):
+    if len(arrays) < _SPLASH_FORWARD_OPERANDS or any(a is None or len(a.dims) not in (3, 4) for a in arrays[2:5]):
         return {}
-    query, keys = arrays[2], arrays[3]
-    batch, heads, seq, dim = query.dims
-    if keys.dims[0] != batch or keys.dims[3] != dim or arrays[4].dims != keys.dims:
+    # With a batch of one, XLA drops the batch dimension: (heads, seq, head_dim).
+    query, keys, values = ((1, *a.dims) if len(a.dims) == 3 else a.dims for a in arrays[2:5])
+    batch, heads, seq, dim = query
+    if keys[0] != batch or keys[3] != dim or values != keys:
         return {}
     if len(arrays) == _SPLASH_FORWARD_OPERANDS:
         products = 2
     else:
-        products = 4 if len(call.arrays) == 2 and all(a.dims == keys.dims for a in call.arrays) else 3
-    kind = _MATMUL_KINDS.get(query.dtype, "f32")
-    return {kind: products * 2 * batch * heads * seq * keys.dims[2] * dim // 2}
+        products = 4 if len(call.arrays) == 2 and all(a.dims == arrays[3].dims for a in call.arrays) else 3
+    kind = _MATMUL_KINDS.get(arrays[2].dtype, "f32")
+    return {kind: products * 2 * batch * heads * seq * keys[2] * dim // 2}
 
 
 def _attention_flops(call: _Instruction, by_name: Mapping[str, _Instruction]) -> dict[str, int]:
@@ -1021,7 +1022,8 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
         "host_in": bytes}``, kernels with the same figures merged, in a stable order;
         with collectives, also ``"collectives"``; with host traffic or collectives, also
         ``"schedule": {"entry": name, "computations": {name: items}}``;
-        on a TPU, also ``"matmul_flops_once"`` and ``"loops_counted_once"``.
+        on a TPU, also ``"matmul_flops_once"``, ``"loops_counted_once"`` and ``"pallas_calls"`` (the
+        calls of Pallas kernels in the program's text).
     """
     program = _Program(text, tpu=platform == "tpu")
     program.walk(program.entry, 1)
@@ -1030,6 +1032,7 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     if platform == "tpu":
         figures["loops_counted_once"] = len(program.unknown)
         figures["matmul_flops_once"] = program.flops_once()
+        figures["pallas_calls"] = text.count('custom_call_target="tpu_custom_call"')
     if any(is_collective(i.opcode) for body in program.computations.values() for i in body):
         figures["collectives"] = [[count, nbytes, [list(group) for group in groups]]
                                   for (nbytes, groups), count in sorted(program.collectives.items())]

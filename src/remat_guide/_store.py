@@ -77,23 +77,26 @@ def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
     return {field: entry[field] for field in fields if field in entry}
 
 
-def outdated(entry: dict[str, Any], platform: str) -> bool:
+def outdated(entry: dict[str, Any], platform: str, program: str | None = None) -> bool:
     """Whether an entry was kept before the store held all that is read of it, so that it is compiled again.
 
     A GPU or TPU program (``platform="cuda"`` or ``"tpu"``) needs its kernels, and when it
     moves bytes to or from the host, their schedule (``remat_guide._roofline.kernels``); a
     GPU program's kernels also carry their dots' shapes and their strided reads' extra
-    bytes; a program with collectives between devices, those and their schedule. A
-    refusal needs none of these.
+    bytes; a program with collectives between devices, those and their schedule; a TPU
+    program that calls Pallas kernels (its kept ``program`` text names them), their calls
+    counted as its splash kernels' FLOPs are read at every batch. A refusal needs none of
+    these.
     """
     if platform not in ("cuda", "tpu") or "error" in entry:
         return False
     kernels = entry.get("kernels")
     collectives = any(map(roofline.is_collective, entry.get("instructions") or {}))
+    pallas = platform == "tpu" and program is not None and "tpu_custom_call" in program
     return kernels is None or bool((kernels["host_out"] or kernels["host_in"]) and "schedule" not in kernels) or (
         platform == "tpu" and "matmul_flops_once" not in kernels) or (
         platform == "cuda" and any(len(row) < 5 for row in kernels["kernels"])) or (
-        collectives and "collectives" not in kernels)
+        collectives and "collectives" not in kernels) or (pallas and "pallas_calls" not in kernels)
 
 
 def identity_of(entry: dict[str, Any]) -> dict[str, Any]:

@@ -198,7 +198,8 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     waiting = [entry for entry in entries.values() if entry["key"] not in replaced]
     other = [entry for entry in waiting if entry["compiler"] != installed[entry["target"]]]
     outdated = [entry for entry in waiting if entry["compiler"] == installed[entry["target"]]
-                and store.outdated(entry, target(entry["target"]).platform)]
+                and store.outdated(entry, target(entry["target"]).platform,
+                                   store.read_program(store_dir, entry["key"]))]
     stale = other + outdated
     if not stale:
         return 0
