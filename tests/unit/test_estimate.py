@@ -321,8 +321,8 @@ def test_a_gpu_programs_kernels_carry_their_dots_shapes_and_h100s_time_them_from
     # The PCIe card scales the table by its bf16 peak; a B200, which has no table, gets 70% of its own.
     assert estimate_step(compiled, "h100-pcie").compute_seconds == pytest.approx(flops / table * 989.5 / 756.5)
     assert estimate_step(compiled, "b200").compute_seconds == pytest.approx(flops / (0.7 * 2250e12))
-    # TPU programs keep three figures per kernel and no shapes.
-    on_tpu = place((w, x), "tpu-v5e")
+    # TPU programs keep three figures per kernel and no shapes (the same dot, narrower: it compiles faster).
+    on_tpu = place((jnp.ones((512, 256), jnp.bfloat16), jnp.ones((3, 128, 512), jnp.bfloat16)), "tpu-v5e")
     tpu = roofline.kernels(jax.jit(lambda w, x: jnp.tanh(x @ w)).lower(*on_tpu).compile().as_text(), "tpu")
     assert {len(row) for row in tpu["kernels"]} == {3}
 
@@ -375,18 +375,20 @@ def test_a_tpu_scan_counts_its_matmuls_once_per_iteration_from_the_loops_conditi
                                policy=jax.checkpoint_policies.nothing_saveable)
         return jax.lax.scan(layer, x, w)[0].sum()
 
+    # Narrow layers: XLA's TPU compiler takes ten times as long over widths of 1024.
+    width, rows = 256, 512
     for layers in (3, 6):
-        w, x = place((jnp.ones((layers, 1024, 1024), jnp.bfloat16), jnp.ones((2048, 1024), jnp.bfloat16)),
+        w, x = place((jnp.ones((layers, width, width), jnp.bfloat16), jnp.ones((rows, width), jnp.bfloat16)),
                      "tpu-v5e")
         program = jax.jit(jax.grad(loss)).lower(w, x).compile()
         assert "known_trip_count" not in program.as_text()
         flops, figures = tpu_totals(program)
         # Per layer the forward, its recomputation and the backward's two matmuls.
-        assert flops == layers * 4 * 2 * 2048 * 1024 * 1024
+        assert flops == layers * 4 * 2 * rows * width * width
         # XLA's own count has each loop body once: ours, so counted, is within 1% of it
         # (XLA's also counts the elementwise work).
         once = roofline.matmul_flops_once(program.as_text(), "tpu")
-        assert once == 4 * 2 * 2048 * 1024 * 1024
+        assert once == 4 * 2 * rows * width * width
         assert 0.99 * program.cost_analysis()["flops"] <= once <= program.cost_analysis()["flops"]
         estimate = estimate_step(program, "tpu-v5e")
         rates = TARGETS["tpu-v5e"].hardware
@@ -423,8 +425,9 @@ def test_every_stored_tpu_program_reads_its_loops_and_counts_no_more_matmuls_tha
 def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
     from remat_guide.models import LLAMA3, decoder_args, decoder_loss
 
-    config = LLAMA3["1b"].smaller(layers=1, d_model=256, heads=2, kv_heads=1, mlp_dim=512, vocab=512)
-    batch, seq = 2, 512  # short: the count follows from the shapes, and a longer sequence only compiles slower
+    # Small: the count follows from the shapes, and longer or wider ones only compile slower.
+    config = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
+    batch, seq = 2, 128
     params, _, tokens = place(decoder_args(config, batch, seq), "tpu-v5e")
     with lowering_for("tpu-v5e"):
         lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
@@ -434,7 +437,7 @@ def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
     plain = figures["matmul_flops_once"]  # the same program without the kernels' products (one layer: one trip)
     # Forward 2 products, backward 7 (dq 3, dk and dv 4), each batch x heads x seq x seq x
     # head_dim multiply-adds, half of them under the causal mask.
-    head_dim = 256 // 2
+    head_dim = 128 // 2
     assert flops - plain == 9 * 2 * batch * 2 * seq * seq * head_dim // 2
 
 

@@ -211,6 +211,7 @@ def test_sharded_arguments_keep_spec_axes_and_mesh_shape_on_the_target():
 
 SHARDED_CHILD = r"""
 import json
+import os
 import jax
 jax.config.update("jax_num_cpu_devices", 4)
 import numpy as np
@@ -233,7 +234,8 @@ print(json.dumps({
                list(placed[1].sharding.mesh.devices.shape),
                sorted({d.device_kind for d in placed[1].sharding.device_set}),
                len(placed[0]["w_in"].sharding.device_set)],
-}))
+}), flush=True)
+os._exit(0)  # without the interpreter's teardown of what XLA compiled: most of a second
 """
 
 
