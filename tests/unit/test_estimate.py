@@ -422,12 +422,13 @@ def test_every_stored_tpu_program_reads_its_loops_and_counts_no_more_matmuls_tha
     assert all(e["kernels"]["loops_counted_once"] == 0 for e in entries)
 
 
-def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products():
+@pytest.mark.parametrize("batch", [1, 2])  # a batch of one: XLA drops the kernels' batch dimension
+def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products(batch):
     from remat_guide.models import LLAMA3, decoder_args, decoder_loss
 
     # Small: the count follows from the shapes, and longer or wider ones only compile slower.
     config = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
-    batch, seq = 2, 128
+    seq = 128
     params, _, tokens = place(decoder_args(config, batch, seq), "tpu-v5e")
     with lowering_for("tpu-v5e"):
         lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
