@@ -1022,8 +1022,8 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
         "host_in": bytes}``, kernels with the same figures merged, in a stable order;
         with collectives, also ``"collectives"``; with host traffic or collectives, also
         ``"schedule": {"entry": name, "computations": {name: items}}``;
-        on a TPU, also ``"matmul_flops_once"``, ``"loops_counted_once"`` and ``"pallas_calls"`` (the
-        calls of Pallas kernels in the program's text).
+        on a TPU, also ``"matmul_flops_once"`` and ``"loops_counted_once"``, and where the program
+        calls Pallas kernels, ``"pallas_calls"`` (those calls in its text).
     """
     program = _Program(text, tpu=platform == "tpu")
     program.walk(program.entry, 1)
@@ -1032,7 +1032,8 @@ def kernels(text: str, platform: str = "cuda") -> dict[str, Any]:
     if platform == "tpu":
         figures["loops_counted_once"] = len(program.unknown)
         figures["matmul_flops_once"] = program.flops_once()
-        figures["pallas_calls"] = text.count('custom_call_target="tpu_custom_call"')
+        if pallas := text.count('custom_call_target="tpu_custom_call"'):
+            figures["pallas_calls"] = pallas
     if any(is_collective(i.opcode) for body in program.computations.values() for i in body):
         figures["collectives"] = [[count, nbytes, [list(group) for group in groups]]
                                   for (nbytes, groups), count in sorted(program.collectives.items())]

@@ -21,10 +21,10 @@ from remat_guide import _jax_internals as jax_internals
 from remat_guide import _store as store
 from remat_guide import compare_policies
 from remat_guide._cache import target_figures
-from remat_guide.models import mlp_args, mlp_scan_loss
+from remat_guide.models import LLAMA3, decoder_args, decoder_loss, mlp_args, mlp_scan_loss
 from remat_guide.site import figure_store
 from remat_guide.site.stored import compile_ahead
-from remat_guide.targets import place, target_devices
+from remat_guide.targets import lowering_for, place, target_devices
 
 ARGS = mlp_args(layers=2, n=32, d=16)
 POLICIES = ["nothing_saveable"]
@@ -222,7 +222,8 @@ def kept_before_and_refreshed(site_store, capsys, key, old, platform):
     and ``make figures`` stores what it compiled."""
     store.write(site_store / "store", [{**old, "check": store.digest(old)}])
     store.load.cache_clear()
-    assert store.outdated(store.load(site_store / "store")[key], platform)
+    kept = site_store / "store"
+    assert store.outdated(store.load(kept)[key], platform, store.read_program(kept, key))
     assert figure_store.refresh(site_store / "store", store.Log(site_store / "log"), jobs=1) == 0
     assert "1 lack a figure the pages now read" in capsys.readouterr().out
     make_figures(site_store)
@@ -240,6 +241,23 @@ def test_a_sharded_entry_kept_before_the_store_held_its_collectives_is_compiled_
     old = {**entry, "kernels": {k: v for k, v in entry["kernels"].items() if k not in ("collectives", "schedule")}}
     kept_before_and_refreshed(site_store, capsys, key, old, "tpu")
     assert store.load(site_store / "store")[key] == entry and not store.outdated(entry, "tpu")
+
+
+def test_a_tpu_entry_kept_before_its_pallas_calls_were_counted_is_compiled_again(site_store, capsys):
+    """At a batch of one the splash kernels' operands lose their batch dimension; entries read before that
+    was understood counted no FLOPs for them, and their kept program is what tells them apart."""
+    config = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
+    params, _, tokens = place(decoder_args(config, 1, 128), "tpu-v5e")
+    with lowering_for("tpu-v5e"):
+        lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
+    compile_ahead(lowered, "tpu-v5e")
+    make_figures(site_store)
+    (key, entry), = store.load(site_store / "store").items()
+    assert entry["kernels"]["pallas_calls"] > 0
+    old = {**entry, "kernels": {k: v for k, v in entry["kernels"].items() if k != "pallas_calls"}}
+    assert not store.outdated(old, "tpu")  # without its program, nothing says it calls Pallas kernels
+    kept_before_and_refreshed(site_store, capsys, key, old, "tpu")
+    assert store.load(site_store / "store")[key] == entry
 
 
 def test_a_kept_program_that_is_not_the_keyed_one_fails_verification(site_store, capsys):
