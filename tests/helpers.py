@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from remat_guide import _jax_internals as jax_internals
+from remat_guide.models import LLAMA3, decoder_args, decoder_loss
+from remat_guide.targets import lowering_for, place
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The sources of the pages that run as notebooks.
@@ -148,3 +150,14 @@ def served(folder: pathlib.Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# A one-layer decoder with 2 heads of 64 features, small: a splash kernel's FLOPs follow from its shapes.
+SPLASH_CONFIG = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
+
+
+def lowered_splash_gradient(batch: int, seq: int = 128) -> Any:
+    """The gradient of :data:`SPLASH_CONFIG`'s loss with Pallas's splash attention, lowered for a TPU v5e."""
+    params, _, tokens = place(decoder_args(SPLASH_CONFIG, batch, seq), "tpu-v5e")
+    with lowering_for("tpu-v5e"):
+        return jax.jit(jax.grad(decoder_loss(SPLASH_CONFIG, None, attention="splash"))).lower(params, tokens)

@@ -18,6 +18,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from helpers import lowered_splash_gradient
 from remat_guide import _matmul_table as matmul_table
 from remat_guide import _roofline as roofline
 from remat_guide.site import hardware
@@ -30,7 +31,6 @@ from remat_guide.targets import (
     device_bytes,
     estimate_step,
     kernel_rates,
-    lowering_for,
     place,
     target_devices,
 )
@@ -424,15 +424,9 @@ def test_every_stored_tpu_program_reads_its_loops_and_counts_no_more_matmuls_tha
 
 @pytest.mark.parametrize("batch", [1, 2])  # a batch of one: XLA drops the kernels' batch dimension
 def test_splash_attention_on_a_tpu_counts_its_causal_matrix_products(batch):
-    from remat_guide.models import LLAMA3, decoder_args, decoder_loss
-
     # Small: the count follows from the shapes, and longer or wider ones only compile slower.
-    config = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
     seq = 128
-    params, _, tokens = place(decoder_args(config, batch, seq), "tpu-v5e")
-    with lowering_for("tpu-v5e"):
-        lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
-    program = lowered.compile()
+    program = lowered_splash_gradient(batch, seq).compile()
     assert 'custom_call_target="tpu_custom_call"' in program.as_text()
     flops, figures = tpu_totals(program)
     plain = figures["matmul_flops_once"]  # the same program without the kernels' products (one layer: one trip)

@@ -15,16 +15,16 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from helpers import counting_compiles
+from helpers import counting_compiles, lowered_splash_gradient
 from remat_guide import _cache as cache
 from remat_guide import _jax_internals as jax_internals
 from remat_guide import _store as store
 from remat_guide import compare_policies
 from remat_guide._cache import target_figures
-from remat_guide.models import LLAMA3, decoder_args, decoder_loss, mlp_args, mlp_scan_loss
+from remat_guide.models import mlp_args, mlp_scan_loss
 from remat_guide.site import figure_store
 from remat_guide.site.stored import compile_ahead
-from remat_guide.targets import lowering_for, place, target_devices
+from remat_guide.targets import place, target_devices
 
 ARGS = mlp_args(layers=2, n=32, d=16)
 POLICIES = ["nothing_saveable"]
@@ -246,11 +246,7 @@ def test_a_sharded_entry_kept_before_the_store_held_its_collectives_is_compiled_
 def test_a_tpu_entry_kept_before_its_pallas_calls_were_counted_is_compiled_again(site_store, capsys):
     """At a batch of one the splash kernels' operands lose their batch dimension; entries read before that
     was understood counted no FLOPs for them, and their kept program is what tells them apart."""
-    config = LLAMA3["1b"].smaller(layers=1, d_model=128, heads=2, kv_heads=1, mlp_dim=256, vocab=256)
-    params, _, tokens = place(decoder_args(config, 1, 128), "tpu-v5e")
-    with lowering_for("tpu-v5e"):
-        lowered = jax.jit(jax.grad(decoder_loss(config, None, attention="splash"))).lower(params, tokens)
-    compile_ahead(lowered, "tpu-v5e")
+    compile_ahead(lowered_splash_gradient(1), "tpu-v5e")
     make_figures(site_store)
     (key, entry), = store.load(site_store / "store").items()
     assert entry["kernels"]["pallas_calls"] > 0
