@@ -55,9 +55,10 @@ FIGURES := $(BIN)/python -m remat_guide.site.figure_store --store $(abspath $(ST
 FIGURE_SEED ?=
 
 # The tests run in as many processes as there are cores; a test file stays in one process, so
-# that a module's fixture (the browser tour, the planner's sweeps) is built once. The five
-# slowest tests are listed at the end, to see where the time goes.
-PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile --durations=5
+# that a module's fixture (the browser tour, the planner's sweeps) is built once. Files go out
+# in the order tests/conftest.py sorts them, the slowest first, so that the processes finish
+# together. The five slowest tests are listed at the end, to see where the time goes.
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=5
 
 .PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench \
 	figures verify-figures reproduce-figure rehearse-upgrade clean distclean

@@ -1,9 +1,10 @@
 """Times the site's builds (fresh clone, cold, unchanged, one page edited) against a script floor, and `make test`.
 
 The budgets (2 cores, a fresh clone, a quiet machine): `make html` in a fresh clone, environments
-included, <= 420 s; `make test` after it <= 360 s; the two together, which is what CI runs
-(`bash .ci/run`), <= 12 minutes; a rebuild with nothing changed <= 4 s; a rebuild after one
-page is edited <= 8 s more than running that page's code as a script.
+included, <= 420 s; `make test` after it <= 300 s; the two together, which is what CI runs
+(`bash .ci/run`), <= 11 minutes (issue 52 lowered these two from 360 s and 12 minutes); a
+rebuild with nothing changed <= 4 s; a rebuild after one page is edited <= 8 s more than
+running that page's code as a script.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from myst_nb.core.read import read_myst_markdown_notebook
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
-TARGETS = {"fresh_clone_html_seconds": 420.0, "make_test_seconds": 360.0, "fresh_clone_ci_seconds": 720.0,
+TARGETS = {"fresh_clone_html_seconds": 420.0, "make_test_seconds": 300.0, "fresh_clone_ci_seconds": 660.0,
            "no_change_seconds": 4.0, "one_page_over_its_run_seconds": 8.0}
 EDITED_PAGE = "index.md"
 

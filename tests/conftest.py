@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, SLOWEST_FIRST
 from remat_guide import _store as store
 
 
@@ -50,7 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks every test that reads the built site with ``site``: the kind that tests/site/ holds."""
+    """Marks every test that reads the built site with ``site``; runs the slowest files first."""
     for item in items:
         if "site_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.site)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

@@ -161,3 +161,25 @@ def lowered_splash_gradient(batch: int, seq: int = 128) -> Any:
     params, _, tokens = place(decoder_args(SPLASH_CONFIG, batch, seq), "tpu-v5e")
     with lowering_for("tpu-v5e"):
         return jax.jit(jax.grad(decoder_loss(SPLASH_CONFIG, None, attention="splash"))).lower(params, tokens)
+
+
+# The files that take longest (seconds of `make test`'s pytest on 2 cores, from --durations),
+# slowest first. `make test` hands files to its two workers in collection order, a file to
+# whichever is nearly done (--dist loadfile --no-loadscope-reorder): with these first and the
+# short files after them, the two finish within seconds of each other. xdist's own order, by
+# the number of tests in a file, sent the longest file (the browser tour) out midway, and one
+# worker finished 25 s before the other.
+SLOWEST_FIRST = (
+    "tests/site/test_browser.py",          # 110 s: the tour's two Chromiums
+    "tests/unit/test_grader.py",           # 53 s
+    "tests/unit/test_cli.py",              # 47 s
+    "tests/unit/test_cache.py",            # 42 s
+    "tests/unit/test_figure_store.py",     # 35 s
+    "tests/site/test_notebooks.py",        # 33 s
+    "tests/unit/test_decoder_attention.py",  # 31 s
+    "tests/unit/test_fit.py",              # 29 s
+    "tests/unit/test_targets.py",          # 23 s
+    "tests/unit/test_bad_inputs.py",       # 19 s
+    "tests/unit/test_estimate.py",         # 19 s
+    "tests/site/test_page_weight.py",      # 17 s
+)

@@ -246,7 +246,7 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
 
     Args:
         loss_for: As for :func:`remat_guide.compare_policies` (with ``step=True``, a
-            ``step_for``).
+            ``step_for``); called once, and its function traced at every batch tried.
         args_for: Called as ``args_for(batch)``; returns the positional arguments for
             that batch (abstract ones are enough, such as those of
             :func:`remat_guide.models.decoder_args`).
@@ -295,11 +295,19 @@ def largest_batch(loss_for: Callable[[Any], Callable[..., Any]], args_for: Calla
     needs: dict[int, int] = {}
     refused: list[int] = []
     seconds: dict[int, float | None] = {}
+    made: list[Callable[..., Any]] = []
+
+    def made_once(policy: Any) -> Callable[..., Any]:
+        # One function for every batch of the search: JAX then traces once what does not
+        # depend on the batch (an optimizer's update of the parameters, for one).
+        if not made:
+            made.append(loss_for(policy))
+        return made[0]
 
     def need(batch: int) -> int:
         if batch not in needs:
             inputs = check_inputs(tuple(args_for(batch)), 0, None, False, target, step, donate_argnums)
-            needs[batch], was_refused, seconds[batch] = target_step(loss_for, policy, inputs)
+            needs[batch], was_refused, seconds[batch] = target_step(made_once, policy, inputs)
             if was_refused:
                 refused.append(batch)
         return needs[batch]

@@ -236,39 +236,38 @@ def _settles(page, state: str, wanted: bool, arg: str | None = None) -> bool:
 
 @pytest.fixture(scope="module")
 def tour(browser, base_url, site_dir):
-    """Every content page in the four views (two widths, two themes), each visited once.
+    """Every content page in the four views (two widths, two themes).
 
-    For each view it records the page's title, the theme the page shows, the output blocks
-    and tables that need more width than they have, the page's own scroll width and client
-    width, the notebook links of the download menu (at 390 px in the light theme, each
-    table header as it wraps), and saves a screenshot as
+    Each page is loaded once per width, in the light theme, and then shown in the dark one
+    as a reader's system switching to dark would (the theme follows the colour scheme the
+    browser reports, without a reload). For each view it records the page's title, the
+    theme the page shows, the output blocks and tables that need more width than they have,
+    the page's own scroll width and client width, the notebook links of the download menu
+    (at 390 px in the light theme, each table header as it wraps), and saves a screenshot as
     ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
     light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
     screen in the other three views (a whole page at 1400 px took a quarter of the tour's
     time, as the dark theme's did; the checks above run on the whole page in every view).
-    Under ``("problems", width, theme)`` it records each view's console errors, page
-    errors, failed and off-site requests. The views run two at a time, in two Chromiums
-    (the second in its own thread, with its own Playwright): each view's pages one after
-    another as before, the two halves side by side on the machine's cores.
+    Under ``("problems", width)`` it records each width's console errors, page errors,
+    failed and off-site requests, in both themes. The two widths run side by side, in two
+    Chromiums (the second in its own thread, with its own Playwright).
     """
     shots = site_dir.parent / "screenshots"
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir()
     pages = _content_pages(site_dir)
-    # Each half holds one whole-page view (light, phone) or the networkidle one (light, desktop).
-    halves = ([("light", PHONE), ("dark", DESKTOP)], [("light", DESKTOP), ("dark", PHONE)])
 
-    def second_half() -> dict:
+    def phone() -> dict:
         with sync_playwright() as playwright:
             other = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
             try:
-                return _tour_views(other, base_url, pages, halves[1], shots)
+                return _tour_width(other, base_url, pages, PHONE, shots)
             finally:
                 other.close()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        later = pool.submit(second_half)
-        seen = _tour_views(browser, base_url, pages, halves[0], shots)
+        later = pool.submit(phone)
+        seen = _tour_width(browser, base_url, pages, DESKTOP, shots)
         seen.update(later.result())
     return seen
 
@@ -283,52 +282,69 @@ _NO_TRANSITIONS = """document.addEventListener('DOMContentLoaded', () => {
 });"""
 
 
-def _tour_views(browser, base_url: str, pages: list[str], views, shots: pathlib.Path) -> dict:
-    """The tour's records (see ``tour``) of every page in each of ``views``, ``(theme, width)`` pairs."""
+def _in_theme(page, theme: str) -> None:
+    """Switches the colour scheme the browser reports, and waits for the page to follow it."""
+    page.emulate_media(color_scheme=theme)
+    _settles(page, "t => document.documentElement.dataset.theme === t", True, theme)
+
+
+def _view(page, name: str, width: int, theme: str, shots: pathlib.Path) -> dict:
+    """What one view of the loaded page shows (see ``tour``), with its screenshot saved."""
+    found = {
+        "title": page.title(),
+        "theme": page.evaluate("document.documentElement.dataset.theme"),
+        "overflowing": page.evaluate(_OVERFLOWING),
+        "widths": page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]"),
+        "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
+                         .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
+    }
+    whole = (theme, width) == ("light", PHONE)
+    _screenshot(page, shots / f"{_stem(name)}-{width}-{theme}", whole=whole)
+    if whole:  # each table header, as a phone wraps it
+        found["headers"] = page.evaluate(_HEADERS)
+    return found
+
+
+def _stem(name: str) -> str:
+    return name.removesuffix(".html").replace("/", "_")
+
+
+def _tour_width(browser, base_url: str, pages: list[str], width: int, shots: pathlib.Path) -> dict:
+    """The tour's records (see ``tour``) of every page at one width, in both themes."""
     seen = {}
-    for theme, width in views:
-        context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
-        context.add_init_script(_NO_TRANSITIONS)
-        page = context.new_page()
-        problems = []
-        _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
-        for name in pages:
-            # The first view also waits for the network to go quiet, so that a late request
-            # (off-site, or failing) is seen: between its two taps on the menu button, which
-            # it would otherwise spend waiting for the sliding sidebar to stop.
-            first_view = (theme, width) == ("light", DESKTOP)
-            page.goto(base_url + name, wait_until="load")
-            seen[name, width, theme] = {
-                "title": page.title(),
-                "theme": page.evaluate("document.documentElement.dataset.theme"),
-                "overflowing": page.evaluate(_OVERFLOWING),
-                "widths": page.evaluate("[document.documentElement.scrollWidth, "
-                                        "document.documentElement.clientWidth]"),
-                "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
-                                 .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
-            }
-            _screenshot(page, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}",
-                        whole=(theme, width) == ("light", PHONE))
-            if (theme, width) == ("light", PHONE):  # each table header, as a phone wraps it
-                seen[name, width, theme]["headers"] = page.evaluate(_HEADERS)
-            if theme == "light":
-                seen[name, width, theme]["navigation"] = _open_navigation(
-                    page, width, shots / f"{name.removesuffix('.html').replace('/', '_')}-{width}-nav",
-                    settle=lambda: page.wait_for_load_state("networkidle") if first_view else None)
-            if width == DESKTOP:  # the folded code too, opened as a reader would
-                page.evaluate("document.querySelectorAll('article details')"
-                              ".forEach(d => { d.open = true; })")
-                seen[name, width, theme]["code"] = page.evaluate(_WIDE_CODE)
-        seen["problems", width, theme] = problems
-        context.close()
+    context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme="light")
+    context.add_init_script(_NO_TRANSITIONS)
+    page = context.new_page()
+    problems = []
+    _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
+    for name in pages:
+        page.goto(base_url + name, wait_until="load")
+        light = seen[name, width, "light"] = _view(page, name, width, "light", shots)
+        _in_theme(page, "dark")
+        dark = seen[name, width, "dark"] = _view(page, name, width, "dark", shots)
+        if width == DESKTOP:  # the folded code too, opened as a reader would
+            page.evaluate("document.querySelectorAll('article details').forEach(d => { d.open = true; })")
+            dark["code"] = page.evaluate(_WIDE_CODE)
+        _in_theme(page, "light")
+        if width == DESKTOP:
+            light["code"] = page.evaluate(_WIDE_CODE)
+        # The desktop width also waits for the network to go quiet, so that a late request
+        # (off-site, or failing) is seen: between its two taps on the menu button, which it
+        # would otherwise spend waiting for the sliding sidebar to stop.
+        light["navigation"] = _open_navigation(
+            page, width, shots / f"{_stem(name)}-{width}-nav",
+            settle=lambda: page.wait_for_load_state("networkidle") if width == DESKTOP else None)
+    seen["problems", width] = problems
+    context.close()
     return seen
 
 
 def test_every_view_loads_cleanly_in_its_theme(tour, site_dir):
-    for (name, width, theme), found in tour.items():
-        if name == "problems":
-            assert found == [], (width, theme)
+    for key, found in tour.items():
+        if key[0] == "problems":
+            assert found == [], key
         else:
+            name, width, theme = key
             assert found["theme"] == theme, (name, width)
 
 
@@ -471,10 +487,10 @@ def test_every_executed_page_offers_its_notebook_for_download(tour, site_dir):
 
 def test_screenshots_of_every_page_at_both_widths_in_both_themes(tour, site_dir):
     shots = {p.name: p.stat().st_size for p in (site_dir.parent / "screenshots").glob("*.jpg")}
-    expected = {f"{name.removesuffix('.html').replace('/', '_')}-{width}-{theme}"
+    expected = {f"{_stem(name)}-{width}-{theme}"
                 for name in _content_pages(site_dir) for width in (DESKTOP, PHONE)
                 for theme in ("light", "dark")}
-    expected |= {f"{name.removesuffix('.html').replace('/', '_')}-{PHONE}-nav" for name in _content_pages(site_dir)}
+    expected |= {f"{_stem(name)}-{PHONE}-nav" for name in _content_pages(site_dir)}
     # A page taller than a JPEG can be comes in parts: <stem>.jpg, <stem>-2.jpg, ...
     assert {re.sub(r"-\d+\.jpg$|\.jpg$", "", name) for name in shots} == expected
     assert all(shots.values()), [name for name, size in shots.items() if not size]

@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 import remat_guide
-from helpers import ROOT
+from helpers import ROOT, SLOWEST_FIRST
 
 PACKAGE = ROOT / "src" / "remat_guide"
 SITE_ONLY = ("sphinx", "docutils", "myst_nb", "myst_parser", "nbformat", "jupyter_cache", "IPython")
@@ -169,3 +169,8 @@ def test_fwd_bwd_is_the_function_even_after_its_module_is_imported_by_name():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_name"):
         remat_guide.no_such_name  # noqa: B018
+
+
+def test_the_files_make_test_runs_first_are_test_files_named_once():
+    assert len(set(SLOWEST_FIRST)) == len(SLOWEST_FIRST)
+    assert [name for name in SLOWEST_FIRST if not (ROOT / name).is_file()] == []

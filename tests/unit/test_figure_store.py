@@ -528,3 +528,8 @@ def test_the_sample_can_draw_every_entry_and_draws_small_programs_more_often():
         drawn[key] += 1
     assert drawn["small"] > drawn["middle"] > drawn["large"] > 0
     assert figure_store._weighted_draw(keys, weights, 3, random.Random(0)) == keys  # all, in their order
+
+
+def test_the_samples_odds_fall_with_the_square_of_a_programs_size():
+    assert figure_store._sample_odds(1_000) / figure_store._sample_odds(10_000) == pytest.approx(100)
+    assert figure_store._sample_odds(0) == figure_store._sample_odds(1) == 1  # no program kept: as one byte

@@ -174,6 +174,19 @@ def test_largest_batch_stops_at_a_batch_that_fits_next_to_one_that_does_not():
     assert len(compiled) <= 8
 
 
+def test_largest_batch_asks_step_for_for_its_step_once_and_traces_it_at_every_batch():
+    asked = []
+
+    def step_for(policy):
+        asked.append(policy)
+        return _step(policy)
+
+    policy = jax.checkpoint_policies.nothing_saveable
+    fit = largest_batch(step_for, lambda b: decoder_args(SMALL, b, 64), policy=policy, budget_bytes=3 * 2**21,
+                        target="h100", multiple=2, step=True)
+    assert asked == [policy] and len(fit.compiled) > 1
+
+
 TWO = {"full": MAXTEXT_PRESETS["full"], "minimal": MAXTEXT_PRESETS["minimal"]}
 
 
