@@ -41,8 +41,8 @@ export JAX_PLATFORMS ?= cpu
 # the clean build of test-repro compile a program once. `make bench` and `make bench-build`
 # time compiles, so they set their own.
 export REMAT_GUIDE_CACHE_DIR := $(CURDIR)/$(BUILD)/.compiled
-# The figure store (docs/_figures): what XLA's TPU and GPU compilers produced for every
-# accelerator program of the pages and tests, with each program's lowered text, kept in the
+# The figure store (docs/_figures): what XLA's TPU, GPU and CPU compilers produced for every
+# program the pages and tests measure, with each program's lowered text, kept in the
 # repository so that no build compiles one again. A build reads it first and records in
 # $(BUILD)/figures what it read and what it had to compile; `make figures` adds the latter.
 # Before the pages run, entries of another compiler than the installed one (after an upgrade)
@@ -216,8 +216,8 @@ bench-build: $(STAMP) chromium  ## Measure cold, no-change and one-page builds a
 	$(BIN)/python benchmarks/bench_build.py --out $(BUILD)/bench
 
 bench: $(STAMP)  ## Time jit(grad) per policy, compare_policies (also per target), the sharded page, and plan_names per budget and target against all 243 plans of a small model; JSON + Markdown in $(BUILD)/bench.
-	REMAT_GUIDE_CACHE_DIR= $(BIN)/python benchmarks/bench_policies.py --out $(BUILD)/bench
-	REMAT_GUIDE_CACHE_DIR= $(BIN)/python benchmarks/bench_planner.py --out $(BUILD)/bench
+	REMAT_GUIDE_CACHE_DIR= REMAT_GUIDE_FIGURES= $(BIN)/python benchmarks/bench_policies.py --out $(BUILD)/bench
+	REMAT_GUIDE_CACHE_DIR= REMAT_GUIDE_FIGURES= $(BIN)/python benchmarks/bench_planner.py --out $(BUILD)/bench
 
 clean:  ## Remove build outputs and caches (keeps .venv).
 	rm -rf $(BUILD) .pytest_cache src/*.egg-info

@@ -21,9 +21,10 @@ import jax
 from remat_guide import _jax_internals as jax_internals
 from remat_guide import _roofline as roofline
 from remat_guide import _store as store
+from remat_guide.flops import count_flops
 
 __all__ = ["ENVIRONMENT_VARIABLE", "cached", "captured_stderr", "compile_entry", "compile_unrun", "compiler_version",
-           "figures", "instruction_counts", "target_figures", "unrun_options"]
+           "cpu_figures", "figures", "instruction_counts", "target_figures", "unrun_options"]
 
 ENVIRONMENT_VARIABLE = "REMAT_GUIDE_CACHE_DIR"
 
@@ -152,10 +153,16 @@ def _installed(package: str) -> str:
 
 
 def compiler_version(platform: str) -> str:
-    """The packages, with their versions, whose compiler compiles for ``platform`` (``"tpu"``, ``"cuda"``)."""
+    """The packages, with their versions, whose compiler compiles for ``platform`` (``"tpu"``, ``"cuda"``, ``"cpu"``).
+
+    For this machine's CPU, also its architecture (``x86_64``, ``arm64``): XLA's CPU compiler
+    compiles for the host it runs on.
+    """
     plugin = {"tpu": "libtpu", "cuda": "jax-cuda12-plugin"}.get(platform)
     packages = ["jaxlib"] + ([plugin] if plugin else [])
     version = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in packages)
+    if platform == "cpu":
+        version += f", {os.uname().machine}"
     rehearsal = os.environ.get(store.REHEARSAL_VARIABLE, "")
     return f"{version}, rehearsal {rehearsal}" if rehearsal else version
 
@@ -228,6 +235,9 @@ def _figures_of(compile_: Callable[[], Any], log: bool, platform: str) -> dict[s
     figures["instructions"] = instruction_counts(text)
     if platform in ("cuda", "tpu"):
         figures["kernels"] = roofline.kernels(text, platform)
+    if platform == "cpu":
+        count = count_flops(compiled)
+        figures["flops"] = {"total": count.total, "reported": count.reported}
     return figures
 
 
@@ -252,6 +262,10 @@ def compile_entry(entry: dict[str, Any], text: str, platform: str, devices: Any)
         raise ValueError(f"entry {entry['key'][:16]} was compiled with XLA_FLAGS={flags!r}: compile it in a "
                          f"process started with them")
     remat_pass = settings.pop("jax_compiler_enable_remat_pass", True)
+    counter = settings.pop("count_flops", None)
+    if counter is not None and counter != _flops_code():
+        raise ValueError(f"entry {entry['key'][:16]} counted its FLOPs with other code than the installed "
+                         "remat_guide.flops: run `make html`, which compiles it again, then `make figures`")
     arguments = entry["compile"]
     saved = jax.config.jax_compiler_enable_remat_pass
     jax.config.update("jax_compiler_enable_remat_pass", remat_pass)
@@ -269,13 +283,25 @@ def instruction_counts(text: str) -> dict[str, int]:
     return dict(sorted(collections.Counter(_INSTRUCTION.findall(text)).items()))
 
 
-def _settings(options: dict[str, Any]) -> dict[str, Any]:
-    """The compile options, with what else reaches the compiler: ``XLA_FLAGS`` and JAX's remat-pass flag."""
+@functools.cache
+def _flops_code() -> str:
+    """A digest of the module that derives a CPU entry's FLOPs from the compiled program."""
+    return hashlib.sha256(pathlib.Path(sys.modules[count_flops.__module__].__file__).read_bytes()).hexdigest()[:16]
+
+
+def _settings(options: dict[str, Any], platform: str = "") -> dict[str, Any]:
+    """The compile options, with what else reaches the compiler: ``XLA_FLAGS`` and JAX's remat-pass flag.
+
+    On the CPU, also a digest of the code that counts the FLOPs kept with the figures, so that
+    a change to it compiles every CPU entry again instead of reading FLOPs it no longer gives.
+    """
     settings = dict(options)
     if os.environ.get("XLA_FLAGS"):
         settings["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
     if not jax.config.jax_compiler_enable_remat_pass:
         settings["jax_compiler_enable_remat_pass"] = False
+    if platform == "cpu":
+        settings["count_flops"] = _flops_code()
     return settings
 
 
@@ -299,7 +325,7 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     cache, if one is set.
     """
     options = dict(options or {})
-    settings = _settings(options)
+    settings = _settings(options, platform)
     if log:
         settings["log"] = True
     folder = store.store_folder()
@@ -336,6 +362,22 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     if build_log is not None:
         build_log.read(key, who)
     return _raise_error(store.figures_of(entry))
+
+
+CPU = "cpu"
+"""The figure store's name for this machine's CPU, as a target: the programs compiled here only to count them."""
+
+
+def cpu_figures(lowered: Any) -> dict[str, Any]:
+    """What XLA's CPU compiler produced for a program lowered for this machine, compiled without running it.
+
+    As :func:`target_figures` gives a target's: ``memory``, ``cost`` and ``instructions``, and
+    ``flops`` (``{"total": ..., "reported": ...}``, :func:`remat_guide.flops.count_flops`). The
+    program is compiled as :func:`compile_unrun` compiles it, from its kept text; a build reads
+    the figure store first, as for an accelerator, under the target ``"cpu"`` and a compiler
+    that names this machine's architecture.
+    """
+    return target_figures(lowered, CPU, "cpu", unrun_options("cpu"))
 
 
 def _raise_error(figures: dict[str, Any]) -> dict[str, Any]:

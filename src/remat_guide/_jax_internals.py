@@ -16,8 +16,8 @@ from jax._src.interpreters import mlir, pxla
 from jax._src.lib import _jax
 from jaxlib import _hlo
 
-__all__ = ["REQUIRED", "compile_arguments", "compile_as_kept", "compile_text", "file_names_only", "hlo_flops",
-           "scan_operands", "traceback_frames"]
+__all__ = ["REQUIRED", "CompiledText", "compile_arguments", "compile_as_kept", "compile_text", "file_names_only",
+           "hlo_flops", "scan_operands", "traceback_frames"]
 
 REQUIRED = {
     "jaxlib._hlo.hlo_module_from_text": (_hlo, "hlo_module_from_text"),

@@ -407,7 +407,14 @@ def _memory(memory: Any) -> dict[str, int]:
 
 
 def _local_figures(lowered: Any) -> dict[str, int]:
-    """FLOPs and memory of a program lowered for this machine, compiled or read from the cache."""
+    """FLOPs and memory of a program lowered for this machine, compiled, or read from the figure store or the cache.
+
+    On a CPU, the figure store is read first when one is set (see ``remat_guide._cache.cpu_figures``).
+    """
+    if jax.default_backend() == "cpu":
+        figures = cache.cpu_figures(lowered)
+        return {"flops": figures["flops"]["total"], "reported_flops": figures["flops"]["reported"],
+                **_memory(types.SimpleNamespace(**figures["memory"]))}
 
     def compute() -> dict[str, int]:
         # XLA's warnings (the SPMD partitioner's, for one) would reach a notebook only when the

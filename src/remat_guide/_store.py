@@ -1,4 +1,4 @@
-"""The figure store: what XLA's accelerator compilers produced for each program, kept as sorted JSON lines."""
+"""The figure store: what XLA's compilers (TPU, GPU, this machine's CPU) produced for each program, as JSON lines."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def program_name(text: str) -> str:
 
 def figures_of(entry: dict[str, Any]) -> dict[str, Any]:
     """The compiler's output in an entry: what a recompile must reproduce exactly."""
-    fields = ("memory", "cost", "instructions", "kernels", "error", "log")
+    fields = ("memory", "cost", "instructions", "kernels", "flops", "error", "log")
     return {field: entry[field] for field in fields if field in entry}
 
 

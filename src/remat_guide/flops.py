@@ -8,7 +8,7 @@ import re
 import jax
 
 from remat_guide import _validation as validation
-from remat_guide._jax_internals import hlo_flops
+from remat_guide._jax_internals import CompiledText, hlo_flops
 
 __all__ = ["FlopCount", "Loop", "count_flops"]
 
@@ -211,7 +211,7 @@ def count_flops(compiled: jax.stages.Compiled) -> FlopCount:
         >>> count.total >= 12 * 2 * 8 * 64 * 64 > count.reported
         True
     """
-    if not isinstance(compiled, jax.stages.Compiled):
+    if not isinstance(compiled, (jax.stages.Compiled, CompiledText)):
         raise TypeError(
             "compiled must be a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
             f"got {type(compiled).__name__}"

@@ -131,7 +131,9 @@ def test_a_keyword_named_like_one_of_ours_reaches_the_loss():
 
 
 def test_each_loss_is_built_once_and_compiled_once(monkeypatch):
-    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)  # a cached program is not compiled
+    # A program cached or kept in the figure store is not compiled.
+    monkeypatch.delenv("REMAT_GUIDE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("REMAT_GUIDE_FIGURES", raising=False)
     built, traced = [], []
 
     def loss_for(policy):

@@ -1,7 +1,8 @@
-"""The figure store: accelerator programs compiled once, read back by key, recorded when missing, checked."""
+"""The figure store: programs compiled once, read back by key, recorded when missing, checked."""
 
 import concurrent.futures
 import copy
+import importlib.metadata
 import json
 import os
 import random
@@ -35,7 +36,7 @@ class _InProcess(concurrent.futures.ThreadPoolExecutor):
     """The worker pool of ``figure_store.recompile`` as one thread of this process: the same compiles from the
     kept programs, without a process per worker that imports JAX and starts the compilers."""
 
-    def __init__(self, max_workers=None, mp_context=None, initializer=None):
+    def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=()):
         super().__init__(1)
 
 
@@ -101,19 +102,61 @@ def test_a_miss_compiles_and_is_recorded_then_make_figures_stores_it_and_a_build
     rows = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
     log = store.Log(site_store / "log")
     missed = log.all_missed()
-    assert len(missed) == len(rows) and {e["where"] for e in missed} == {"probe"}
-    assert {e["target"] for e in missed} == {"h100"} and all(e["program"] == "jit_loss" for e in missed)
+    # Each row's program for the H100, and its twin compiled on this machine's CPU to count its FLOPs.
+    assert sorted(e["target"] for e in missed) == ["cpu"] * len(rows) + ["h100"] * len(rows)
+    assert {e["where"] for e in missed} == {"probe"} and all(e["program"] == "jit_loss" for e in missed)
     make_figures(site_store)
     assert not log.all_missed()
-    (stored_file,) = (site_store / "store").glob("*.jsonl")
-    assert stored_file.name == "h100.jsonl"
+    assert sorted(path.name for path in (site_store / "store").glob("*.jsonl")) == ["cpu.jsonl", "h100.jsonl"]
     with counting_compiles() as compiles:
         again = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
-    assert [(r.peak_bytes, r.temp_bytes, r.host_bytes) for r in again] == \
-        [(r.peak_bytes, r.temp_bytes, r.host_bytes) for r in rows]
+    assert [(r.peak_bytes, r.temp_bytes, r.host_bytes, r.flops) for r in again] == \
+        [(r.peak_bytes, r.temp_bytes, r.host_bytes, r.flops) for r in rows]
     # The H100's figures came from the store (the CPU's FLOPs are kept in the process).
     assert not compiles and not log.all_missed()
-    assert len(log.reads()["probe"]) == len(rows)
+    assert len(log.reads()["probe"]) == 2 * len(rows)
+
+
+def test_a_cpu_measurement_is_kept_with_its_flops_read_back_without_compiling_and_compiled_again_the_same(
+        site_store, worker_processes, capsys):
+    rows = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
+    log = store.Log(site_store / "log")
+    missed = log.all_missed()
+    assert [e["target"] for e in missed] == ["cpu"] * len(rows)
+    assert {e["compiler"] for e in missed} == {f"jaxlib {importlib.metadata.version('jaxlib')}, {os.uname().machine}"}
+    assert {e["options"]["xla_backend_optimization_level"] for e in missed} == {0}
+    assert {e["flops"]["total"] for e in missed} == {r.flops for r in rows}
+    make_figures(site_store)
+    assert [path.name for path in (site_store / "store").glob("*.jsonl")] == ["cpu.jsonl"]
+    with counting_compiles() as compiles:
+        again = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
+    assert not compiles and not log.all_missed()
+    assert [(r.flops, r.temp_bytes, r.peak_bytes) for r in again] == [(r.flops, r.temp_bytes, r.peak_bytes)
+                                                                       for r in rows]
+    # make verify-figures: each CPU entry compiled again in a worker process, the FLOPs counted again.
+    assert figure_store.verify(site_store / "store") == 0
+    assert f"all {len(rows)} entries compiled again to the same figures" in capsys.readouterr().out
+
+
+def test_a_change_to_how_flops_are_counted_compiles_the_cpu_entries_again(site_store, monkeypatch):
+    compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
+    make_figures(site_store)
+    monkeypatch.setattr(cache, "_flops_code", lambda: "another counter")
+    rows = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
+    missed = store.Log(site_store / "log").all_missed()
+    assert len(missed) == len(rows) and {e["options"]["count_flops"] for e in missed} == {"another counter"}
+
+
+def test_the_refresh_leaves_a_cpu_entry_of_another_architecture_alone(site_store, capsys):
+    compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
+    make_figures(site_store)
+    elsewhere = [{**entry, "compiler": entry["compiler"].rsplit(", ", 1)[0] + ", another-machine"}
+                 for entry in store.load(site_store / "store").values()]
+    store.write(site_store / "store", elsewhere)
+    store.load.cache_clear()
+    capsys.readouterr()
+    assert figure_store.refresh(site_store / "store", store.Log(site_store / "log")) == 0
+    assert not store.Log(site_store / "log").all_replaced() and capsys.readouterr().out == ""
 
 
 def test_stored_figures_are_the_compilers_own(site_store):

@@ -46,29 +46,59 @@ def _read_keys(log: store.Log, pages_only: bool = False) -> set[str]:
     return {key for who, keys in log.reads().items() if not pages_only or _is_page(who) for key in keys}
 
 
+def _platform(name: str) -> str:
+    """The platform of a store's target: ``"cpu"`` for this machine's CPU (``remat_guide._cache.CPU``), else the
+    accelerator's."""
+    from remat_guide._cache import CPU
+    from remat_guide.targets import target
+
+    return "cpu" if name == CPU else target(name).platform
+
+
+def _architecture(entry_or_compiler: dict[str, Any] | str) -> str:
+    """The machine architecture a CPU entry's compiler names (its last part: ``x86_64``)."""
+    compiler = entry_or_compiler if isinstance(entry_or_compiler, str) else entry_or_compiler["compiler"]
+    return compiler.rsplit(", ", 1)[-1]
+
+
 def _installed_compilers(entries: Iterable[dict[str, Any]]) -> dict[str, str]:
     """The installed compiler's version for each target among ``entries``, looked up once per target."""
     from remat_guide._cache import compiler_version
-    from remat_guide.targets import target
 
-    return {name: compiler_version(target(name).platform) for name in {entry["target"] for entry in entries}}
+    return {name: compiler_version(_platform(name)) for name in {entry["target"] for entry in entries}}
 
 
 # Compiling entries again, in worker processes ------------------------------------------------------------
 
 
-def _start_worker() -> None:
+def _start_worker(cpu_devices: int) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    # Before the backend starts: a CPU entry names its devices by id, as many as its page made.
+    jax.config.update("jax_num_cpu_devices", cpu_devices)
+
+
+def _cpu_devices(work: Iterable[tuple[dict[str, Any], str]]) -> int:
+    """How many CPU devices the CPU entries among ``work`` were compiled for, at least 1."""
+    from remat_guide._cache import CPU
+
+    return max((max(entry["compile"]["devices"]) + 1 for entry, _ in work if entry["target"] == CPU), default=1)
 
 
 def _compile_in_worker(entry: dict[str, Any], text: str) -> tuple[dict[str, Any], float]:
-    from remat_guide._cache import compile_entry
+    import jax
+
+    from remat_guide._cache import CPU, compile_entry
     from remat_guide.targets import target, target_devices
 
     started = time.perf_counter()
-    chosen = target(entry["target"])
-    devices = target_devices(chosen, len(entry["compile"]["devices"]))
-    compiled = compile_entry(entry, text, chosen.platform, devices)
+    if entry["target"] == CPU:
+        compiled = compile_entry(entry, text, "cpu", jax.devices("cpu"))
+    else:
+        chosen = target(entry["target"])
+        devices = target_devices(chosen, len(entry["compile"]["devices"]))
+        compiled = compile_entry(entry, text, chosen.platform, devices)
     return compiled, time.perf_counter() - started
 
 
@@ -85,7 +115,8 @@ def recompile(work: Sequence[tuple[dict[str, Any], str]], jobs: int | None,
     """
     ordered = sorted(work, key=lambda item: -len(item[1]))
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(_jobs(jobs), mp_context=context, initializer=_start_worker) as pool:
+    with concurrent.futures.ProcessPoolExecutor(_jobs(jobs), mp_context=context, initializer=_start_worker,
+                                                initargs=(_cpu_devices(work),)) as pool:
         running = {pool.submit(_compile_in_worker, entry, text): entry for entry, text in ordered}
         for number, future in enumerate(concurrent.futures.as_completed(running), start=1):
             compiled, seconds = future.result()
@@ -190,15 +221,17 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     before the store held a figure the pages now read) is compiled again the same way. Does
     nothing when every entry is the installed compiler's and up to date.
     """
-    from remat_guide.targets import target
+    from remat_guide._cache import CPU
 
     entries = store.load(store_dir) if store_dir.is_dir() else {}
     installed = _installed_compilers(entries.values())
     replaced = log.all_replaced()
-    waiting = [entry for entry in entries.values() if entry["key"] not in replaced]
+    # A CPU entry of another architecture is another machine's, not an older compiler's: left as it is.
+    waiting = [entry for entry in entries.values() if entry["key"] not in replaced
+               and not (entry["target"] == CPU and _architecture(entry) != _architecture(installed[CPU]))]
     other = [entry for entry in waiting if entry["compiler"] != installed[entry["target"]]]
     outdated = [entry for entry in waiting if entry["compiler"] == installed[entry["target"]]
-                and store.outdated(entry, target(entry["target"]).platform,
+                and store.outdated(entry, _platform(entry["target"]),
                                    store.read_program(store_dir, entry["key"]))]
     stale = other + outdated
     if not stale:
