@@ -206,7 +206,8 @@ def _compile_figures(lowered: Any, options: dict[str, Any], log: bool = False,
     figure store keys and keeps.
 
     For a GPU or a TPU (``platform="cuda"`` or ``"tpu"``), also its kernels' matmul FLOPs
-    and bytes, which the step-time estimate reads (see ``remat_guide._roofline.kernels``). A program the
+    and bytes, which the step-time estimate reads (see ``remat_guide._roofline.kernels``); for
+    this machine's CPU (``"cpu"``), its FLOPs with every loop iteration counted. A program the
     compiler refuses gives its error message instead; with ``log``, the lines XLA logged
     while compiling are kept too (they never reach stderr).
     """
@@ -307,11 +308,12 @@ def _settings(options: dict[str, Any], platform: str = "") -> dict[str, Any]:
 
 def target_figures(lowered: Any, target: str, platform: str, options: dict[str, Any] | None = None,
                    log: bool = False) -> dict[str, Any]:
-    """What an accelerator's compiler produced for a lowered program: read from the figure store, or compiled.
+    """What a target's compiler produced for a lowered program: read from the figure store, or compiled.
 
     Returns ``{"memory": {...}, "cost": {...} or None, "instructions": {...}}``: every size
     of ``memory_analysis()``, ``cost_analysis()`` and the count of each HLO instruction of
-    the compiled program; on a GPU also ``"kernels"`` (see ``remat_guide._roofline``).
+    the compiled program; on a GPU or a TPU also ``"kernels"`` (see ``remat_guide._roofline``),
+    on this machine's CPU (``platform="cpu"``, see :func:`cpu_figures`) also ``"flops"``.
     ``options`` are passed to ``lowered.compile``. With ``log``, also
     ``"log"``: the lines XLA's C++ code logged while compiling. A program the compiler
     refuses raises ``jax.errors.JaxRuntimeError`` with the compiler's message, as
@@ -373,9 +375,9 @@ def cpu_figures(lowered: Any) -> dict[str, Any]:
 
     As :func:`target_figures` gives a target's: ``memory``, ``cost`` and ``instructions``, and
     ``flops`` (``{"total": ..., "reported": ...}``, :func:`remat_guide.flops.count_flops`). The
-    program is compiled as :func:`compile_unrun` compiles it, from its kept text; a build reads
-    the figure store first, as for an accelerator, under the target ``"cpu"`` and a compiler
-    that names this machine's architecture.
+    program is compiled from its text with :func:`compile_unrun`'s options (LLVM's
+    optimizations off); a build reads the figure store first, as for an accelerator, under the
+    target ``"cpu"`` and a compiler that names this machine's architecture.
     """
     return target_figures(lowered, CPU, "cpu", unrun_options("cpu"))
 
