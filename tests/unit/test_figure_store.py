@@ -138,6 +138,31 @@ def test_a_cpu_measurement_is_kept_with_its_flops_read_back_without_compiling_an
     assert f"all {len(rows)} entries compiled again to the same figures" in capsys.readouterr().out
 
 
+SHARDED_CPU_MEASUREMENT = """
+import jax, jax.numpy as jnp
+jax.config.update("jax_num_cpu_devices", 4)
+from jax.sharding import NamedSharding, PartitionSpec as P
+from remat_guide import compare_policies
+mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+x = jax.device_put(jnp.ones((16, 8)), NamedSharding(mesh, P("data")))
+w = jnp.ones((8, 8))
+def loss_for(policy):
+    loss = lambda w, x: jnp.tanh(x @ w).sum()
+    return loss if policy is None else jax.checkpoint(loss, policy=policy)
+compare_policies(loss_for, w, x, policies=["nothing_saveable"])
+"""
+
+
+def test_a_sharded_cpu_entry_is_compiled_again_on_as_many_cpu_devices(site_store, worker_processes, capsys):
+    # Measured in a process of its own, which starts with 4 CPU devices; this one has fewer.
+    subprocess.run([sys.executable, "-c", SHARDED_CPU_MEASUREMENT], check=True, env=dict(os.environ))
+    missed = store.Log(site_store / "log").all_missed()
+    assert {e["target"] for e in missed} == {"cpu"} and {len(e["compile"]["devices"]) for e in missed} == {4}
+    make_figures(site_store)
+    assert figure_store.verify(site_store / "store") == 0
+    assert f"all {len(missed)} entries compiled again to the same figures" in capsys.readouterr().out
+
+
 def test_a_change_to_how_flops_are_counted_compiles_the_cpu_entries_again(site_store, monkeypatch):
     compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)
     make_figures(site_store)
