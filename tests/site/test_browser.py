@@ -135,6 +135,9 @@ def view(browser, base_url):
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
         page.goto(base_url + name, wait_until="networkidle")
+        # The theme's script sets data-theme once it runs, which on a loaded machine can come after networkidle.
+        page.wait_for_function("theme => document.documentElement.dataset.theme === theme", arg=theme,
+                               timeout=15_000)
         assert page.evaluate("document.documentElement.dataset.theme") == theme, name
         assert problems == [], problems
         return page
