@@ -51,8 +51,11 @@ STORE ?= docs/_figures
 export REMAT_GUIDE_FIGURES := $(abspath $(STORE))
 export REMAT_GUIDE_FIGURES_LOG := $(abspath $(BUILD))/figures
 FIGURES := $(BIN)/python -m remat_guide.site.figure_store --store $(abspath $(STORE))
-# The seed of the sample that `make test` recompiles; a random one (printed) when empty.
+# The seed of the sample that `make test` recompiles; a random one (printed) when empty. The
+# sample's compiles share the cores with pytest: after FIGURE_BUDGET seconds no further entry
+# starts, but the first drawn of each compiler always runs (the rest wait for another draw).
 FIGURE_SEED ?=
+FIGURE_BUDGET ?= 60
 
 # The tests run in as many processes as there are cores; a test file stays in one process, so
 # that a module's fixture (the browser tour, the planner's sweeps) is built once. Files go out
@@ -128,7 +131,7 @@ test: lint html chromium  ## Lint; build the site; run unit tests, doctests, sit
 	@# store lacks, and every sampled entry must have compiled to its stored figures.
 	@mkdir -p $(BUILD)
 	@$(FIGURES) sample --log $(BUILD)/figures --sample $(BUILD)/figure-sample.txt $(if $(FIGURE_SEED),--seed $(FIGURE_SEED))
-	@$(FIGURES) verify --sample $(BUILD)/figure-sample.txt --jobs 1 > $(BUILD)/figure-sample.log 2>&1 & sample=$$!; \
+	@$(FIGURES) verify --sample $(BUILD)/figure-sample.txt --jobs 1 --budget $(FIGURE_BUDGET) > $(BUILD)/figure-sample.log 2>&1 & sample=$$!; \
 	$(MAKE) --no-print-directory repro-check REPRO_SAMPLE=$(REPRO_BUDGET) \
 	  REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
 	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \

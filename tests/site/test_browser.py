@@ -241,12 +241,15 @@ def _settles(page, state: str, wanted: bool, arg: str | None = None) -> bool:
 def tour(browser, base_url, site_dir):
     """Every content page in the four views (two widths, two themes).
 
-    Each page is loaded once per width, in the light theme, and then shown in the dark one
-    as a reader's system switching to dark would (the theme follows the colour scheme the
-    browser reports, without a reload). For each view it records the page's title, the
-    theme the page shows, the output blocks and tables that need more width than they have,
-    the page's own scroll width and client width, the notebook links of the download menu
-    (at 390 px in the light theme, each table header as it wraps), and saves a screenshot as
+    Each page is loaded once per width, in one theme, and then shown in the other as a
+    reader's system switching theme would (the theme follows the colour scheme the browser
+    reports, without a reload; pages take the light theme first and the dark one first by
+    turns). For each view it records the page's title, the theme the page shows, the
+    output blocks and tables that need more width than they have, the page's own scroll
+    width and client width, the notebook links of the download menu (at 390 px in the
+    light theme, each table header as it wraps; at 1400 px, the code lines too wide for
+    their box with the folded code opened), in the first theme what the navigation
+    buttons did (see ``_open_navigation``), and saves a screenshot as
     ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
     light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
     screen in the other three views (a whole page at 1400 px took a quarter of the tour's
@@ -312,34 +315,54 @@ def _stem(name: str) -> str:
     return name.removesuffix(".html").replace("/", "_")
 
 
+# Opens the article's folded code (as a reader would) and returns a function in the page that folds
+# it again, so that the next view's screenshot shows the page as it loads.
+_UNFOLD = """() => { const folded = [...document.querySelectorAll('article details:not([open])')];
+  folded.forEach(d => { d.open = true; });
+  window.rematFold = () => folded.forEach(d => { d.open = false; }); }"""
+
+
 def _tour_width(browser, base_url: str, pages: list[str], width: int, shots: pathlib.Path) -> dict:
-    """The tour's records (see ``tour``) of every page at one width, in both themes."""
+    """The tour's records (see ``tour``) of every page at one width, in both themes.
+
+    The browser's colour scheme stays as the last page left it: pages are seen light then
+    dark and dark then light by turns, so that each page switches theme once (every
+    switch styles the whole page again).
+    """
     seen = {}
     context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme="light")
     context.add_init_script(_NO_TRANSITIONS)
     page = context.new_page()
     problems = []
     _record_problems(page, urllib.parse.urlsplit(base_url).netloc, problems)
+    themes = ("light", "dark")
     for name in pages:
         page.goto(base_url + name, wait_until="load")
-        light = seen[name, width, "light"] = _view(page, name, width, "light", shots)
-        _in_theme(page, "dark")
-        dark = seen[name, width, "dark"] = _view(page, name, width, "dark", shots)
-        if width == DESKTOP:  # the folded code too, opened as a reader would
-            page.evaluate("document.querySelectorAll('article details').forEach(d => { d.open = true; })")
-            dark["code"] = page.evaluate(_WIDE_CODE)
-        _in_theme(page, "light")
-        if width == DESKTOP:
-            light["code"] = page.evaluate(_WIDE_CODE)
-        # The desktop width also waits for the network to go quiet, so that a late request
-        # (off-site, or failing) is seen: between its two taps on the menu button, which it
-        # would otherwise spend waiting for the sliding sidebar to stop.
-        light["navigation"] = _open_navigation(
-            page, width, shots / f"{_stem(name)}-{width}-nav",
-            settle=lambda: page.wait_for_load_state("networkidle") if width == DESKTOP else None)
+        for turn, theme in enumerate(themes):
+            if turn:
+                _in_theme(page, theme)
+            found = seen[name, width, theme] = _view(page, name, width, theme, shots)
+            if width == DESKTOP:  # the folded code too, opened as a reader would
+                page.evaluate(_UNFOLD)
+                found["code"] = page.evaluate(_WIDE_CODE)
+                page.evaluate("window.rematFold()")
+            if not turn:
+                # The desktop width also waits for the network to go quiet, so that a late
+                # request (off-site, or failing) is seen: between its two taps on the menu
+                # button, which it would otherwise spend waiting for the sliding sidebar to stop.
+                found["navigation"] = _open_navigation(
+                    page, width, shots / f"{_stem(name)}-{width}-nav",
+                    settle=lambda: page.wait_for_load_state("networkidle") if width == DESKTOP else None)
+        themes = themes[::-1]
     seen["problems", width] = problems
     context.close()
     return seen
+
+
+def _navigation(tour: dict, name: str, width: int) -> dict[str, bool]:
+    """What the navigation buttons did on a page at one width, in the theme it was first seen in."""
+    return next(tour[name, width, theme]["navigation"] for theme in ("light", "dark")
+                if "navigation" in tour[name, width, theme])
 
 
 def test_every_view_loads_cleanly_in_its_theme(tour, site_dir):
@@ -354,10 +377,10 @@ def test_every_view_loads_cleanly_in_its_theme(tour, site_dir):
 def test_the_navigation_buttons_open_and_close_the_sidebars(tour, site_dir):
     for name in _content_pages(site_dir):
         contents = {"secondary": True, "secondary closed": True}
-        assert tour[name, PHONE, "light"]["navigation"] == {
+        assert _navigation(tour, name, PHONE) == {
             "primary": True, "primary closed": True,
             **({} if name == "reference/api_index.html" else contents)}, name
-        assert tour[name, DESKTOP, "light"]["navigation"] == {"hidden": True, "shown again": True}, name
+        assert _navigation(tour, name, DESKTOP) == {"hidden": True, "shown again": True}, name
 
 
 def test_no_output_or_table_needs_sideways_scrolling_at_desktop_width(tour, site_dir):

@@ -575,6 +575,29 @@ def test_the_sample_is_drawn_from_what_pages_read_not_tests_or_doctests(site_sto
     assert sample.read_text().split() == sorted(store.Log(site_store / "log").reads()["probe"])
 
 
+def test_the_sample_goes_by_rounds_and_a_spent_budget_leaves_all_but_each_compilers_first(site_store, capsys):
+    for scale in (2.0, 3.0):
+        compile_ahead(lowered_for("h100", scale), "h100")
+    compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")
+    make_figures(site_store)
+    entries = store.load(site_store / "store")
+    sample = site_store / "sample.txt"
+    assert figure_store.draw_sample(site_store / "store", store.Log(site_store / "log"), 5, sample,
+                                    per_compiler=2) == 0
+    drawn = sample.read_text().split()
+    assert [figure_store.compiler_family(entries[key]) for key in drawn] == ["gpu", "tpu", "gpu"]
+    capsys.readouterr()
+    assert figure_store.verify(site_store / "store", drawn, jobs=1, budget=0) == 0
+    out = capsys.readouterr().out
+    assert "all 2 entries compiled again to the same figures" in out
+    left = "1 drawn entries left for another run, the compiles having taken the budget of 0 s:"
+    assert f"{left}\n  {drawn[2][:16]}" in out
+    assert figure_store.main(["verify", "--store", str(site_store / "store"), "--sample", str(sample),
+                              "--jobs", "1", "--budget", "600"]) == 0
+    out = capsys.readouterr().out
+    assert "all 3 entries compiled again to the same figures" in out and "left for another run" not in out
+
+
 def test_one_entry_is_reproduced_alone_by_the_start_of_its_key(site_store, capsys):
     compile_ahead(lowered_for("h100"), "h100")
     compile_ahead(lowered_for("tpu-v5e"), "tpu-v5e")

@@ -107,20 +107,38 @@ def _jobs(jobs: int | None) -> int:
 
 
 def recompile(work: Sequence[tuple[dict[str, Any], str]], jobs: int | None,
-              done: Callable[[dict[str, Any], dict[str, Any], float, str], None]) -> None:
+              done: Callable[[dict[str, Any], dict[str, Any], float, str], None],
+              start: Callable[[dict[str, Any]], bool] | None = None) -> None:
     """Compiles each ``(entry, program text)`` again in ``jobs`` worker processes (one per core when ``None``).
 
-    The longest programs start first. ``done(entry, compiled, seconds, progress)`` is called in
-    this process as each finishes, with the new entry (see ``remat_guide._cache.compile_entry``).
+    The longest programs start first; with ``start``, the entries go in the order given, and
+    each starts only if ``start(entry)``, asked when a process is free for it (the others are
+    left out). ``done(entry, compiled, seconds, progress)`` is called in this process as each
+    finishes, with the new entry (see ``remat_guide._cache.compile_entry``).
     """
-    ordered = sorted(work, key=lambda item: -len(item[1]))
+    ordered = list(work) if start else sorted(work, key=lambda item: -len(item[1]))
+    waiting = iter(ordered)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(_jobs(jobs), mp_context=context, initializer=_start_worker,
                                                 initargs=(_cpu_devices(work),)) as pool:
-        running = {pool.submit(_compile_in_worker, entry, text): entry for entry, text in ordered}
-        for number, future in enumerate(concurrent.futures.as_completed(running), start=1):
-            compiled, seconds = future.result()
-            done(running[future], compiled, seconds, f"[{number:>{len(str(len(ordered)))}}/{len(ordered)}]")
+        running: dict[concurrent.futures.Future, dict[str, Any]] = {}
+
+        def submit_next() -> None:
+            for entry, text in waiting:
+                if start is None or start(entry):
+                    running[pool.submit(_compile_in_worker, entry, text)] = entry
+                    return
+
+        for _ in range(_jobs(jobs)):
+            submit_next()
+        number = 0
+        while running:
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                entry, number = running.pop(future), number + 1
+                compiled, seconds = future.result()
+                done(entry, compiled, seconds, f"[{number:>{len(str(len(ordered)))}}/{len(ordered)}]")
+                submit_next()
 
 
 def _outcome(figures: dict[str, Any]) -> str:
@@ -267,12 +285,16 @@ def refresh(store_dir: pathlib.Path, log: store.Log, jobs: int | None = None) ->
     return 0
 
 
-def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int | None = None) -> int:
+def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int | None = None,
+           budget: float | None = None) -> int:
     """``make verify-figures``: every entry (or those of ``keys``) compiled again from its kept program.
 
     Each entry must be keyed by its program, target, compiler and options (so its program is
     the one the pages read), made by the installed compiler, and compile again to the same
     figures; a refusal must be refused again with the same figure (the first line of its message).
+    With a ``budget`` in seconds (the sample of ``make test``), the entries are compiled in the
+    order of ``keys``: the first of each compiler always, each later one only while the
+    compiles have taken less than ``budget`` seconds since the first started.
     """
     entries = store.load(store_dir)
     chosen = sorted(entries) if keys is None else list(keys)
@@ -307,8 +329,23 @@ def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int
         print(f"  {progress} {seconds:6.1f} s  {_describe(entry['key'], entry)}: {_outcome(compiled)}"
               f"{'' if same else ', DIFFERS'}", flush=True)
 
-    recompile(checked, jobs, done)
+    started_families: set[str] = set()
+
+    def within_budget(entry: dict[str, Any]) -> bool:
+        family = compiler_family(entry)
+        if family in started_families and time.perf_counter() - started >= budget:
+            left_out.append(entry)
+            return False
+        started_families.add(family)
+        return True
+
+    left_out: list[dict[str, Any]] = []
+    recompile(checked, jobs, done, within_budget if budget is not None else None)
     elapsed = time.perf_counter() - started
+    if left_out:
+        print(f"figure store: {len(left_out)} drawn entries left for another run, the compiles having taken "
+              f"the budget of {budget:.0f} s:", *(_describe(entry["key"], entry) for entry in left_out),
+              sep="\n  ")
     if times:
         print(f"figure store: the slowest of {len(times)} compiles (they ran in {elapsed:.0f} s):",
               *_slowest(times), sep="\n  ")
@@ -317,7 +354,7 @@ def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int
         print("An entry that differs: the store is compiler output; restore it (git checkout docs/_figures) or "
               "find what changed the compiler (its version, XLA_FLAGS).", file=sys.stderr)
         return 1
-    print(f"figure store: all {len(checked)} entries compiled again to the same figures "
+    print(f"figure store: all {len(times)} entries compiled again to the same figures "
           f"({refusals} of them refusals, refused again with the same figure)")
     return 0
 
@@ -359,19 +396,22 @@ def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib
     """Picks ``per_compiler`` entries of each compiler among those the pages read, to compile again.
 
     Every entry can be drawn, with the odds of :func:`_sample_odds`, so that the check stays
-    short on most runs without leaving any entry out.
+    short on most runs without leaving any entry out. They are written by rounds, one entry of
+    each compiler per round, the order in which :func:`verify` with a budget compiles them.
     """
     entries = store.load(store_dir)
     read = sorted(_read_keys(log, pages_only=True) & entries.keys())
     by_family: dict[str, list[str]] = {}
     for key in read:
         by_family.setdefault(compiler_family(entries[key]), []).append(key)
-    chosen = []
+    drawn = []
     rng = random.Random(seed)
     for family in sorted(by_family):
         keys = by_family[family]
         weights = [_sample_odds(store.program_bytes(store_dir, key)) for key in keys]
-        chosen += _weighted_draw(keys, weights, min(per_compiler, len(keys)), rng)
+        drawn.append(_weighted_draw(keys, weights, min(per_compiler, len(keys)), rng))
+    # By rounds, one of each compiler in each: the order in which a budgeted verify compiles them.
+    chosen = [keys[turn] for turn in range(per_compiler) for keys in drawn if turn < len(keys)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{key}\n" for key in chosen), encoding="utf-8")
     print(f"figure store: recompiling {len(chosen)} of the {len(read)} entries the pages read "
@@ -423,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "compiles only those)")
     parser.add_argument("--seed", type=int, help="the sample's seed (default: a random one, printed)")
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    parser.add_argument("--budget", type=float, help="verify: seconds after which no more entries start, but the "
+                        "first of each compiler (default: none, every entry is compiled)")
     options = parser.parse_args(argv)
     logs = [store.Log(folder) for folder in options.log]
     try:
@@ -438,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.command == "reproduce":
             return reproduce(options.store, options.key or "")
         keys = options.sample.read_text(encoding="utf-8").split() if options.sample else None
-        return verify(options.store, keys, options.jobs)
+        return verify(options.store, keys, options.jobs, options.budget)
     except store.StoreError as error:
         print(f"figure store: {error}", file=sys.stderr)
         return 1
