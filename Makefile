@@ -215,8 +215,9 @@ chromium:  ## Make sure a Chromium is installed for the browser tests (Debian/Ub
 	  exit 1; \
 	fi
 
+# `make bench-build CI_ONLY=1` times only what CI runs: make html, then make test, in a fresh clone.
 bench-build: $(STAMP) chromium  ## Measure cold, no-change and one-page builds against running the pages as scripts, and `make test` after `make html`.
-	$(BIN)/python benchmarks/bench_build.py --out $(BUILD)/bench
+	$(BIN)/python benchmarks/bench_build.py --out $(BUILD)/bench $(if $(CI_ONLY),--fresh-clone-only)
 
 bench: $(STAMP)  ## Time jit(grad) per policy, compare_policies (also per target), the sharded page, and plan_names per budget and target against all 243 plans of a small model; JSON + Markdown in $(BUILD)/bench.
 	REMAT_GUIDE_CACHE_DIR= REMAT_GUIDE_FIGURES= $(BIN)/python benchmarks/bench_policies.py --out $(BUILD)/bench
