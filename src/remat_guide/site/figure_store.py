@@ -330,6 +330,7 @@ def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int
               f"{'' if same else ', DIFFERS'}", flush=True)
 
     started_families: set[str] = set()
+    left_out: list[dict[str, Any]] = []
 
     def within_budget(entry: dict[str, Any]) -> bool:
         family = compiler_family(entry)
@@ -339,7 +340,6 @@ def verify(store_dir: pathlib.Path, keys: Iterable[str] | None = None, jobs: int
         started_families.add(family)
         return True
 
-    left_out: list[dict[str, Any]] = []
     recompile(checked, jobs, done, within_budget if budget is not None else None)
     elapsed = time.perf_counter() - started
     if left_out:
@@ -387,6 +387,8 @@ def _sample_odds(program_bytes: int) -> float:
     The size stands in for the compile time (the longest compiles are of the largest
     programs). With odds inverse to the size alone, the sample's six compiles took 26 to
     178 s over 19 runs of `make test` (median 62 s), beside pytest on the same two cores.
+    The size is a loose guide (a kept program of 1.3 kB, compressed, compiled for an H100 in 34 s, one of
+    8.6 kB in 122 s): ``make test`` also bounds the sample's time (``verify``'s budget).
     """
     return 1 / max(program_bytes, 1) ** 2
 
@@ -414,8 +416,8 @@ def draw_sample(store_dir: pathlib.Path, log: store.Log, seed: int, out: pathlib
     chosen = [keys[turn] for turn in range(per_compiler) for keys in drawn if turn < len(keys)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{key}\n" for key in chosen), encoding="utf-8")
-    print(f"figure store: recompiling {len(chosen)} of the {len(read)} entries the pages read "
-          f"({per_compiler} per compiler, drawn with odds inverse to the square of their programs' sizes, "
+    print(f"figure store: drew {len(chosen)} of the {len(read)} entries the pages read to compile again, in "
+          f"this order ({per_compiler} per compiler, with odds inverse to the square of their programs' sizes, "
           f"seed {seed}; replay with FIGURE_SEED={seed} make test)")
     for key in chosen:
         print(f"  {_describe(key, entries[key])}")
