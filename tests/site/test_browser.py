@@ -315,8 +315,8 @@ def _stem(name: str) -> str:
     return name.removesuffix(".html").replace("/", "_")
 
 
-# Opens the article's folded code (as a reader would) and returns a function in the page that folds
-# it again, so that the next view's screenshot shows the page as it loads.
+# Opens the article's folded code (as a reader would) and leaves in the page a function, rematFold,
+# that folds it again, so that the next view's screenshot shows the page as it loads.
 _UNFOLD = """() => { const folded = [...document.querySelectorAll('article details:not([open])')];
   folded.forEach(d => { d.open = true; });
   window.rematFold = () => folded.forEach(d => { d.open = false; }); }"""
