@@ -248,7 +248,7 @@ def tour(browser, base_url, site_dir):
     output blocks and tables that need more width than they have, the page's own scroll
     width and client width, the notebook links of the download menu (at 390 px in the
     light theme, each table header as it wraps; at 1400 px, the code lines too wide for
-    their box with the folded code opened), in the first theme what the navigation
+    their box with the folded code opened), in the second theme what the navigation
     buttons did (see ``_open_navigation``), and saves a screenshot as
     ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
     light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
@@ -346,13 +346,13 @@ def _tour_width(browser, base_url: str, pages: list[str], width: int, shots: pat
                 page.evaluate(_UNFOLD)
                 found["code"] = page.evaluate(_WIDE_CODE)
                 page.evaluate("window.rematFold()")
-            if not turn:
-                # The desktop width also waits for the network to go quiet, so that a late
-                # request (off-site, or failing) is seen: between its two taps on the menu
-                # button, which it would otherwise spend waiting for the sliding sidebar to stop.
-                found["navigation"] = _open_navigation(
-                    page, width, shots / f"{_stem(name)}-{width}-nav",
-                    settle=lambda: page.wait_for_load_state("networkidle") if width == DESKTOP else None)
+        # After both views, whose screenshots would otherwise show the menu button's tooltip.
+        # The desktop width also waits for the network to go quiet, so that a late request
+        # (off-site, or failing) is seen: between its two taps on the menu button, which it
+        # would otherwise spend waiting for the sliding sidebar to stop.
+        found["navigation"] = _open_navigation(
+            page, width, shots / f"{_stem(name)}-{width}-nav",
+            settle=lambda: page.wait_for_load_state("networkidle") if width == DESKTOP else None)
         themes = themes[::-1]
     seen["problems", width] = problems
     context.close()
@@ -360,7 +360,7 @@ def _tour_width(browser, base_url: str, pages: list[str], width: int, shots: pat
 
 
 def _navigation(tour: dict, name: str, width: int) -> dict[str, bool]:
-    """What the navigation buttons did on a page at one width, in the theme it was first seen in."""
+    """What the navigation buttons did on a page at one width, in the theme it was seen in last."""
     return next(tour[name, width, theme]["navigation"] for theme in ("light", "dark")
                 if "navigation" in tour[name, width, theme])
 
