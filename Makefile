@@ -27,6 +27,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUILD ?= _build
 SPHINXOPTS ?= -n -W --keep-going
+# pip gives up when the registry cuts a download off half-way (the connection reset by the
+# peer), so each install is tried three times; a wheel that arrived whole stays in pip's cache.
+RETRY := retry() { echo "$$*"; for n in 1 2 3; do "$$@" && return 0; [ $$n = 3 ] && return 1; \
+  echo "pip failed (try $$n of 3); trying again in $$((10 * n)) s" >&2; sleep $$((10 * n)); done; }
 
 # Notebooks run on the ipykernel installed inside .venv, never on a user-level kernel.
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
@@ -77,8 +81,8 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "Creating $(VENV) with $$python ($$("$$python" --version))"; \
 	  "$$python" -m venv $(VENV) || exit 1; \
 	fi
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
+	@$(RETRY); retry $(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@$(RETRY); retry $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
 venv: $(STAMP)  ## Create .venv (or refresh it after requirements.txt/pyproject.toml change).
@@ -96,9 +100,9 @@ JAX_ENV_STAMP := $(JAX_ENVS)/.installed
 # The environments are installed at once (pip waits mostly on downloads and unpacking).
 $(JAX_ENV_STAMP): $(foreach v,$(OLD_JAX),requirements-jax-$(v).txt) $(STAMP)
 	rm -rf $(JAX_ENVS)
-	for v in $(OLD_JAX); do \
+	@$(RETRY); for v in $(OLD_JAX); do \
 	  ( $(BIN)/python -m venv --without-pip $(JAX_ENVS)/$$v && \
-	    $(BIN)/python -m pip --python $(JAX_ENVS)/$$v/bin/python install --quiet \
+	    retry $(BIN)/python -m pip --python $(JAX_ENVS)/$$v/bin/python install --quiet \
 	      --disable-pip-version-check --no-deps -r requirements-jax-$$v.txt ) & \
 	done; \
 	for job in $$(jobs -p); do wait $$job || exit 1; done
@@ -208,7 +212,8 @@ chromium:  ## Make sure a Chromium is installed for the browser tests (Debian/Ub
 	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then \
 	  true; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  apt-get update -qq -o Acquire::Retries=3 && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 chromium >/dev/null; \
 	else \
 	  echo "The browser tests need Chromium. Install it (Debian/Ubuntu: sudo apt-get install chromium)" \
 	       "or put one on PATH as chromium, then run make test again." >&2; \
