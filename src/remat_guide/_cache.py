@@ -124,13 +124,14 @@ def stored(kind: str, compiler: str, lowered: Any) -> Any:
     return _get(_key(kind, compiler, lowered))
 
 
-def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
+def cached(kind: str, parts: Any, compute: Callable[[], Any], refresh: bool = False) -> Any:
     """A result of ``compute()`` kept in the cache under ``kind`` and ``parts``, or read back from it.
 
     For results that follow from compiled programs without being one (the command
     line's answers). The key covers ``parts`` (JSON-serialisable), the XLA flags, the
     versions of JAX, jaxlib and the accelerators' compilers installed and this package's
-    source. Without a cache (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time.
+    source. Without a cache (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time;
+    with ``refresh``, it runs and what it returns replaces what the cache held.
     """
     if _folder() is None:
         return compute()
@@ -138,7 +139,7 @@ def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     text = "\0".join([kind, os.environ.get("XLA_FLAGS", ""), _code_version(), *compilers,
                       json.dumps(parts, sort_keys=True)])
     cache_key = hashlib.sha256(text.encode()).hexdigest()
-    found = _get(cache_key)
+    found = None if refresh else _get(cache_key)
     if found is None:
         found = compute()
         _put(cache_key, found)

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import counting_compiles
 from remat_guide import compare_policies, count_flops, plan_names
-from remat_guide._cache import compile_unrun
+from remat_guide._cache import cached, compile_unrun
 from remat_guide.models import mlp_args, mlp_scan_loss, transformer_args, transformer_loss
 from remat_guide.planner import plan_policy
 from remat_guide.targets import place
@@ -114,6 +114,23 @@ def test_an_empty_variable_means_no_cache(tmp_path, monkeypatch, compiles):
     before = len(compiles)
     compare_policies(mlp_scan_loss, *ARGS, policies=NAMES)
     assert len(compiles) - before == 3 and not any(tmp_path.iterdir())
+
+
+def test_an_answer_is_read_back_unless_refreshed_which_computes_and_keeps_it_again(tmp_path, monkeypatch):
+    # The command line's answers: a build or a test run refreshes them, so that every program is looked up.
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    computed = []
+
+    def answer(value):
+        computed.append(value)
+        return {"pick": value}
+
+    assert cached("fit", {"seq": 64}, lambda: answer("first")) == {"pick": "first"}
+    assert cached("fit", {"seq": 64}, lambda: answer("second")) == {"pick": "first"}
+    assert cached("fit", {"seq": 64}, lambda: answer("third"), refresh=True) == {"pick": "third"}
+    assert cached("fit", {"seq": 64}, lambda: answer("fourth")) == {"pick": "third"}
+    assert cached("fit", {"seq": 128}, lambda: answer("fifth")) == {"pick": "fifth"}
+    assert computed == ["first", "third", "fifth"]
 
 
 def test_a_file_in_place_of_the_folder_is_refused_by_name(tmp_path, monkeypatch):

@@ -36,29 +36,28 @@ def config(tmp_path_factory):
     return path
 
 
-def _env(cache, record=False):
-    """This environment with the repository's figure store and a cache.
+def _env(cache, logged=False):
+    """This environment with the repository's figure store and the test's own cache.
 
-    Without ``record``, the run leaves the build's record of what the store gave out:
-    the command then keeps its answer in the cache, the test's own. With a record, every
-    program is looked up, so that each read is recorded, and no answer is kept: the
-    cache is then the build's when one is set (as `make test` sets it), which may hold
-    the FLOPs of this machine's programs from an earlier run. The fit runs' programs are
-    those that the doctests of ``remat_guide.fit`` compile, which the record holds.
+    Without ``logged``, the run leaves the build's record of what the store gave out: the
+    command then reads its answer from the cache when an earlier run kept it there. With
+    ``logged``, every program the command needs is looked up in the store (the cache is the
+    test's, new each run, so that no program's figures come from an earlier run's), each read
+    recorded and each program the store lacks named as missing; the command keeps its answer
+    in the cache for the runs after it.
     """
     env = dict(os.environ)
-    if not record:
+    if not logged:
         env.pop("REMAT_GUIDE_FIGURES_LOG", None)
-    env.update(JAX_PLATFORMS="cpu", REMAT_GUIDE_FIGURES=str(ROOT / "docs" / "_figures"))
-    built = env.get("REMAT_GUIDE_CACHE_DIR")
-    env["REMAT_GUIDE_CACHE_DIR"] = os.path.abspath(built) if record and built else str(cache)
+    env.update(JAX_PLATFORMS="cpu", REMAT_GUIDE_FIGURES=str(ROOT / "docs" / "_figures"),
+               REMAT_GUIDE_CACHE_DIR=str(cache))
     return env
 
 
-def _run(cache, *args, module=False, record=False, platforms=True):
+def _run(cache, *args, module=False, logged=False, platforms=True):
     command = [sys.executable, "-m", "remat_guide"] if module else [os.path.join(os.path.dirname(sys.executable),
                                                                                  "remat-guide")]
-    env = _env(cache, record)
+    env = _env(cache, logged)
     if not platforms:  # as a user runs it: the command puts JAX on the CPU itself
         del env["JAX_PLATFORMS"]
     return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
@@ -66,8 +65,13 @@ def _run(cache, *args, module=False, record=False, platforms=True):
 
 @pytest.fixture(scope="module")
 def fitted(cache, config):
-    """The JSON answer and the table for the tiny config, each from its own run."""
-    as_text = _run(cache, "fit", config, *FIT)
+    """The JSON answer and the table for the tiny config, each from its own run.
+
+    The first run records what it reads from the figure store (the programs the package's
+    doctests compile for an H100 and this machine's programs whose FLOPs it counts) and
+    keeps its answer in the test's cache, from which the second reads it.
+    """
+    as_text = _run(cache, "fit", config, *FIT, logged=True)
     as_json = _run(cache, "fit", config, *FIT, "--json")
     return as_json, as_text
 
@@ -93,7 +97,7 @@ def test_fit_json_is_the_answer_of_recommend_batch(fitted, cache, monkeypatch):
     as_json, _ = fitted
     assert as_json.returncode == 0, as_json.stderr
     answer = json.loads(as_json.stdout)
-    for name, value in _env(cache, record=True).items():
+    for name, value in _env(cache, logged=True).items():
         monkeypatch.setenv(name, value)
     config = cli.read_config(TINY)
     plan = recommend_batch(functools.partial(decoder_step, config), lambda b: decoder_args(config, b, 64),
@@ -118,7 +122,7 @@ def test_a_second_run_reads_its_answer_from_the_cache(fitted, cache, config):
 
 def test_nothing_fits_exits_1(cache, config):
     done = _run(cache, "fit", config, "--target", "h100", "--seq", "64", "--budget", "0.0001", "--policies", "minimal",
-                "--attention", "xla", "--global-batch", "1", "--json", platforms=False)
+                "--attention", "xla", "--global-batch", "1", "--json", logged=True, platforms=False)
     assert done.returncode == cli.NOTHING_FITS, done.stderr
     answer = json.loads(done.stdout)
     assert answer["pick"] is None and not any(row["fits"] for row in answer["rows"])
@@ -238,10 +242,10 @@ def test_compare_runs_a_users_nnx_model_and_prints_compare_policies_table(cache,
     (tmp_path / "my_model.py").write_text(textwrap.dedent(USER_MODULE), encoding="utf-8")
     policies = "nothing_saveable,dots_with_no_batch_dims_saveable"
     done = subprocess.run([sys.executable, "-m", "remat_guide", "compare", "my_model:measure", "--target", "h100",
-                           "--policies", policies], capture_output=True, text=True, env=_env(cache, record=True),
+                           "--policies", policies], capture_output=True, text=True, env=_env(cache, logged=True),
                           cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
-    for name, value in _env(cache, record=True).items():
+    for name, value in _env(cache, logged=True).items():
         monkeypatch.setenv(name, value)
     monkeypatch.syspath_prepend(str(tmp_path))
     import my_model
