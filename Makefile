@@ -66,6 +66,9 @@ FIGURE_BUDGET ?= 60
 # in the order tests/conftest.py sorts them, the slowest first, so that the processes finish
 # together. The five slowest tests are listed at the end, to see where the time goes.
 PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=5
+# The browser tour saves each view's first screen; `make test WHOLE_PAGES=1` saves the whole
+# page at 390 px in the light theme instead, to read a page as a phone shows it.
+WHOLE_PAGES ?=
 
 .PHONY: help venv jax-envs html lint test test-unit test-repro repro-check linkcheck chromium bench-build bench \
 	figures verify-figures reproduce-figure rehearse-upgrade clean distclean
@@ -138,7 +141,7 @@ test: lint html chromium  ## Lint; build the site; run unit tests, doctests, sit
 	@$(FIGURES) verify --sample $(BUILD)/figure-sample.txt --jobs 1 --budget $(FIGURE_BUDGET) > $(BUILD)/figure-sample.log 2>&1 & sample=$$!; \
 	$(MAKE) --no-print-directory repro-check REPRO_SAMPLE=$(REPRO_BUDGET) \
 	  REMAT_GUIDE_FIGURES_LOG=$(CURDIR)/$(REPRO)/_build/figures > $(BUILD)/test-repro.log 2>&1 & repro=$$!; \
-	REMAT_GUIDE_SITE=$(BUILD)/html $(PYTEST); tests=$$?; \
+	REMAT_GUIDE_SITE=$(BUILD)/html REMAT_GUIDE_WHOLE_PAGES=$(WHOLE_PAGES) $(PYTEST); tests=$$?; \
 	wait $$repro; same=$$?; cat $(BUILD)/test-repro.log; \
 	wait $$sample; sampled=$$?; cat $(BUILD)/figure-sample.log; \
 	$(FIGURES) check --log $(BUILD)/figures --log $(REPRO)/_build/figures; \

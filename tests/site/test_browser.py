@@ -1,12 +1,15 @@
 """The built site in a real browser: Playwright drives a local Chromium against 127.0.0.1."""
 
 import concurrent.futures
+import os
 import pathlib
 import re
 import shutil
+import sys
 import urllib.parse
 
 import nbformat
+import PIL.Image
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
@@ -16,6 +19,9 @@ from helpers import CHROMIUM_FLAGS, chromium
 # The two widths of the tour, and the pages Sphinx generates (not written as pages).
 DESKTOP, PHONE = 1400, 390
 GENERATED = {"genindex.html", "search.html", "py-modindex.html"}
+# `make test WHOLE_PAGES=1`: the screenshot of each page at 390 px in the light theme shows the
+# whole page, not its first screen (the whole pages took a third of the phone's tour).
+WHOLE_PAGES = os.environ.get("REMAT_GUIDE_WHOLE_PAGES", "") not in ("", "0")
 
 
 
@@ -249,11 +255,10 @@ def tour(browser, base_url, site_dir):
     width and client width, the notebook links of the download menu (at 390 px in the
     light theme, each table header as it wraps; at 1400 px, the code lines too wide for
     their box with the folded code opened), in the second theme what the navigation
-    buttons did (see ``_open_navigation``), and saves a screenshot as
-    ``_build/screenshots/<page>-<width>-<theme>.jpg``: of the whole page at 390 px in the
-    light theme (and ``-2.jpg``, ... for a page taller than a JPEG can be), of the first
-    screen in the other three views (a whole page at 1400 px took a quarter of the tour's
-    time, as the dark theme's did; the checks above run on the whole page in every view).
+    buttons did (see ``_open_navigation``), and saves a screenshot of the first screen as
+    ``_build/screenshots/<page>-<width>-<theme>.jpg`` (the checks above run on the whole
+    page in every view). With :data:`WHOLE_PAGES`, the screenshot at 390 px in the light
+    theme shows the whole page (and ``-2.jpg``, ... for a page taller than a JPEG can be).
     Under ``("problems", width)`` it records each width's console errors, page errors,
     failed and off-site requests, in both themes. The two widths run side by side, in two
     Chromiums (the second in its own thread, with its own Playwright).
@@ -304,9 +309,9 @@ def _view(page, name: str, width: int, theme: str, shots: pathlib.Path) -> dict:
         "notebooks": page.locator('.dropdown-download-buttons a[href$=".ipynb"]')
                          .evaluate_all("links => links.map(a => a.getAttribute('href'))"),
     }
-    whole = (theme, width) == ("light", PHONE)
-    _screenshot(page, shots / f"{_stem(name)}-{width}-{theme}", whole=whole)
-    if whole:  # each table header, as a phone wraps it
+    phone_light = (theme, width) == ("light", PHONE)
+    _screenshot(page, shots / f"{_stem(name)}-{width}-{theme}", whole=phone_light and WHOLE_PAGES)
+    if phone_light:  # each table header, as a phone wraps it
         found["headers"] = page.evaluate(_HEADERS)
     return found
 
@@ -509,6 +514,22 @@ def test_every_executed_page_offers_its_notebook_for_download(tour, site_dir):
         notebook = nbformat.read(notebook_path, as_version=4)
         nbformat.validate(notebook)
         assert any(cell.get("outputs") for cell in notebook.cells), name
+
+
+def test_a_whole_page_screenshot_shows_the_page_from_top_to_bottom_in_parts(view, tmp_path, monkeypatch):
+    # As `make test WHOLE_PAGES=1` saves them, with parts this short instead of a JPEG's most.
+    monkeypatch.setattr(sys.modules[__name__], "_JPEG_HEIGHT", 4_000)
+    page = view("index.html", PHONE, "light")
+    width, height = page.evaluate("[document.documentElement.clientWidth, document.documentElement.scrollHeight]")
+    _screenshot(page, tmp_path / "index", whole=True)
+    parts = sorted(tmp_path.glob("*.jpg"), key=lambda path: (len(path.name), path.name))
+    assert [path.name for path in parts][:2] == ["index.jpg", "index-2.jpg"]
+    sizes = []
+    for path in parts:
+        with PIL.Image.open(path) as image:
+            sizes.append(image.size)
+    assert all(size[0] == width for size in sizes) and sum(size[1] for size in sizes) == height
+    assert [size[1] for size in sizes[:-1]] == [4_000] * (len(sizes) - 1)
 
 
 def test_screenshots_of_every_page_at_both_widths_in_both_themes(tour, site_dir):
