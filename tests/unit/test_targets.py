@@ -24,9 +24,10 @@ from jax.sharding import PartitionSpec as P
 import remat_guide.targets
 from helpers import scanned_loss_for
 from remat_guide import Comparison, PolicyRow, compare_policies, plan_names, recommend_policy
+from remat_guide._cache import target_figures, unrun_options
 from remat_guide.compare import STANDARD_POLICIES
-from remat_guide.models import mlp_args
-from remat_guide.planner import plan_label
+from remat_guide.models import mlp_args, transformer_args, transformer_loss
+from remat_guide.planner import plan_label, plan_policy
 from remat_guide.targets import TARGETS, Target, place, target, target_devices
 
 TPU, GPU = "tpu-v5e", "h100"
@@ -274,6 +275,25 @@ def test_target_rows_are_xlas_own_figures_for_that_target(rows_fixture, name, re
     # A target's peak counts the arguments and outputs: at least the parameters and their gradient.
     assert min(row.peak_bytes for row in rows.values()) >= 2 * sum(
         a.size * a.dtype.itemsize for a in jax.tree.leaves(ARGS[0]))
+
+
+@pytest.mark.parametrize("policy", [None, "offload"])
+def test_compiling_for_a_gpu_without_autotuning_plans_the_same_memory(policy):
+    """Autotuning off on a GPU target: the same device and host bytes as XLA's default compile ahead of time.
+
+    Both compiles come from the figure store (`make verify-figures` compiles its entries
+    again), as XLA's GPU compiler made them for this program.
+    """
+    args = place(transformer_args(layers=2, batch=2, seq=16, d_model=32, heads=2, mlp_dim=64), GPU)
+    loss = transformer_loss(policy and plan_policy(["attn_out"], ["mlp_hidden"]))
+    lowered = jax.jit(jax.grad(loss)).lower(*args)
+    sizes = ("temp_size_in_bytes", "peak_memory_in_bytes", "host_temp_size_in_bytes", "argument_size_in_bytes",
+             "output_size_in_bytes")
+    unrun, default = (target_figures(lowered, GPU, "cuda", options)["memory"]
+                      for options in (unrun_options("cuda"), {}))
+    assert unrun_options("cuda") == {"xla_gpu_autotune_level": 0}
+    assert [unrun[size] for size in sizes] == [default[size] for size in sizes]
+    assert (unrun["host_temp_size_in_bytes"] > 0) == (policy == "offload")
 
 
 @pytest.mark.parametrize("rows_fixture", ["tpu_rows", "gpu_rows"])
