@@ -383,6 +383,23 @@ def cpu_figures(lowered: Any) -> dict[str, Any]:
     return target_figures(lowered, CPU, "cpu", unrun_options("cpu"))
 
 
+def cpu_entry_key(text: str) -> str:
+    """The figure store's key of a program lowered for this machine, as :func:`cpu_figures` compiles it."""
+    return store.entry_key(CPU, compiler_version("cpu"), _settings(unrun_options("cpu"), "cpu"), text)
+
+
+def record_read(key: str | None) -> None:
+    """Records in a build's log that it read the figure store's entry ``key``, when a build keeps a log and the store
+    holds the entry.
+
+    For figures that follow from an entry and that the cache answered from an earlier run: a
+    build that starts with an empty cache reads the entry, so this one records it too.
+    """
+    build_log, folder = store.log(), store.store_folder()
+    if key and build_log is not None and folder is not None and folder.is_dir() and key in store.load(folder):
+        build_log.read(key, os.environ.get(store.PAGE_VARIABLE, "") or "unnamed")
+
+
 def _raise_error(figures: dict[str, Any]) -> dict[str, Any]:
     if "error" in figures:
         raise jax.errors.JaxRuntimeError(figures["error"])

@@ -304,7 +304,7 @@ def _trace(loss_for: Callable, policy: Any, name: str, inputs: Inputs,
     validation.check_program(on_target.jaxpr.jaxpr, what)
     with lowering_for(inputs.target):
         lowered = on_target.lower()
-    local_flops = cache.stored("local-flops", _flops_compiler(inputs.target), lowered) if flops else None
+    local_flops = _kept_flops(cache.stored("local-flops", _flops_compiler(inputs.target), lowered)) if flops else None
     traced = None
     if flops and local_flops is None:
         traced = _trace_program(program, inputs.args, inputs.kwargs, called)
@@ -395,7 +395,7 @@ def _residual_bytes(loss: Callable, inputs: Inputs) -> int | None:
 
 # The FLOPs of programs compiled for this machine only to count them (a target's rows), by
 # their lowered text: comparing one model on several targets compiles each program here once.
-_TARGET_FLOPS: dict[str, dict[str, int]] = {}
+_TARGET_FLOPS: dict[str, dict[str, Any]] = {}
 _TARGET_FLOPS_KEPT = 256
 
 
@@ -427,16 +427,31 @@ def _local_figures(lowered: Any) -> dict[str, int]:
     return cache.figures("figures", jax.default_backend(), lowered, compute)
 
 
-def _local_flops(traced: Any) -> dict[str, int]:
-    """The FLOPs of a program compiled for this machine (``flops``, ``reported_flops``)."""
+def _local_flops(traced: Any) -> dict[str, Any]:
+    """The FLOPs of a program compiled for this machine (``flops``, ``reported_flops``), and on a CPU
+    the figure store's key of the program they were counted in (``entry``, else ``None``)."""
     lowered = traced.lower()
     text = lowered.as_text()
     if text not in _TARGET_FLOPS:
         if len(_TARGET_FLOPS) >= _TARGET_FLOPS_KEPT:
             _TARGET_FLOPS.pop(next(iter(_TARGET_FLOPS)))
         local = _local_figures(lowered)
-        _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"]}
+        _TARGET_FLOPS[text] = {"flops": local["flops"], "reported_flops": local["reported_flops"],
+                               "entry": cache.cpu_entry_key(text) if jax.default_backend() == "cpu" else None}
     return _TARGET_FLOPS[text]
+
+
+def _kept_flops(kept: dict[str, Any] | None) -> dict[str, int] | None:
+    """Local FLOPs as the cache keeps them (see :func:`_local_flops`), without their program's key.
+
+    A build records the read of that program's entry in the figure store even when the
+    cache answered, so that what it records does not depend on what an earlier run left in
+    the cache: ``make figures`` keeps the entries a build reads.
+    """
+    if kept is None:
+        return None
+    cache.record_read(kept.get("entry"))
+    return {"flops": kept["flops"], "reported_flops": kept["reported_flops"]}
 
 
 def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
@@ -449,8 +464,8 @@ def _figures(program: Program, chosen: Target | None) -> dict[str, int]:
         return _local_figures(program.traced.lower())
     flops = program.local_flops
     if flops is None:
-        flops = cache.figures("local-flops", _flops_compiler(chosen), program.on_target,
-                              lambda: _local_flops(program.traced))
+        flops = _kept_flops(cache.figures("local-flops", _flops_compiler(chosen), program.on_target,
+                                          lambda: _local_flops(program.traced)))
     compiled, refusal = _on_target(program.on_target, chosen)
     if refusal is not None:
         nothing = dict.fromkeys(("temp_bytes", "host_bytes", "argument_bytes", "output_bytes", "alias_bytes"), 0)

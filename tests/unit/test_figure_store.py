@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 from helpers import counting_compiles, lowered_splash_gradient
 from remat_guide import _cache as cache
 from remat_guide import _jax_internals as jax_internals
+from remat_guide import _measure as measure
 from remat_guide import _store as store
 from remat_guide import compare_policies
 from remat_guide._cache import target_figures
@@ -115,6 +116,22 @@ def test_a_miss_compiles_and_is_recorded_then_make_figures_stores_it_and_a_build
     # The H100's figures came from the store (the CPU's FLOPs are kept in the process).
     assert not compiles and not log.all_missed()
     assert len(log.reads()["probe"]) == 2 * len(rows)
+
+
+def test_a_build_records_the_cpu_programs_whose_flops_the_cache_answered(site_store, monkeypatch):
+    # What a build records must not depend on what an earlier run left in the cache, or `make
+    # figures` after a run with a warm cache drops entries that a build with an empty one reads.
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(site_store / "cache"))
+    monkeypatch.setattr(measure, "_TARGET_FLOPS", {})  # as in a new process: the CPU programs are looked up
+    compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
+    make_figures(site_store)
+    log = store.Log(site_store / "log")
+    first = log.reads()["probe"]
+    assert {store.load(site_store / "store")[key]["target"] for key in first} == {"cpu", "h100"}
+    log.start("probe")
+    with counting_compiles() as compiles:
+        compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
+    assert not compiles and log.reads()["probe"] == first
 
 
 def test_a_cpu_measurement_is_kept_with_its_flops_read_back_without_compiling_and_compiled_again_the_same(
