@@ -29,7 +29,8 @@ def start_clock(app: Any) -> None:
 
 
 def report(app: Any, exception: Exception | None) -> None:
-    """Logs how many accelerator programs the pages run in this build read from the store, and compiled."""
+    """Logs how many programs (for a target, or for this CPU to count FLOPs) the pages run in this build read from
+    the store, and compiled."""
     folder = os.environ.get(LOG_VARIABLE, "")
     if exception is not None or not folder:
         return
@@ -43,7 +44,8 @@ def report(app: Any, exception: Exception | None) -> None:
     if not reads and not compiled:
         _LOGGER.info("figure store: no page that compiles for a target ran in this build")
         return
-    _LOGGER.info(f"figure store: {from_store} accelerator programs read from the store by the {len(reads)} "
+    _LOGGER.info(f"figure store: {from_store} programs (for a target, or for this CPU to count FLOPs) read from the "
+                 f"store by the {len(reads)} "
                  f"pages that ran and compile for a target; {len(compiled)} compiled because the store "
                  f"lacks them{' (make test fails until `make figures` adds them)' if compiled else ''}")
 
