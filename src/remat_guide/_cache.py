@@ -340,7 +340,7 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     compiler = compiler_version(platform)
     key = store.entry_key(target, compiler, settings, text)
     build_log = store.log()
-    who = os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"
+    who = _reader()
     entry = store.load(folder).get(key) if folder.is_dir() else None
     if entry is not None and store.outdated(entry, platform, text):
         entry = None  # kept before the store held all that is read of it: compiled again, as a miss
@@ -383,6 +383,11 @@ def cpu_figures(lowered: Any) -> dict[str, Any]:
     return target_figures(lowered, CPU, "cpu", unrun_options("cpu"))
 
 
+def _reader() -> str:
+    """The page or test file a build's log names as reading the store (``REMAT_GUIDE_PAGE``), else ``"unnamed"``."""
+    return os.environ.get(store.PAGE_VARIABLE, "") or "unnamed"
+
+
 def cpu_entry_key(text: str) -> str:
     """The figure store's key of a program lowered for this machine, as :func:`cpu_figures` compiles it."""
     return store.entry_key(CPU, compiler_version("cpu"), _settings(unrun_options("cpu"), "cpu"), text)
@@ -397,7 +402,7 @@ def record_read(key: str | None) -> None:
     """
     build_log, folder = store.log(), store.store_folder()
     if key and build_log is not None and folder is not None and folder.is_dir() and key in store.load(folder):
-        build_log.read(key, os.environ.get(store.PAGE_VARIABLE, "") or "unnamed")
+        build_log.read(key, _reader())
 
 
 def _raise_error(figures: dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import sys
 import urllib.parse
 
 import nbformat
-import PIL.Image
 import pytest
+from PIL import Image
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
 
@@ -526,7 +526,7 @@ def test_a_whole_page_screenshot_shows_the_page_from_top_to_bottom_in_parts(view
     assert [path.name for path in parts][:2] == ["index.jpg", "index-2.jpg"]
     sizes = []
     for path in parts:
-        with PIL.Image.open(path) as image:
+        with Image.open(path) as image:
             sizes.append(image.size)
     assert all(size[0] == width for size in sizes) and sum(size[1] for size in sizes) == height
     assert [size[1] for size in sizes[:-1]] == [4_000] * (len(sizes) - 1)
