@@ -181,7 +181,8 @@ linkcheck: html  ## Check every internal link and anchor of the built site (exte
 
 # The site that `make html` built (reusing executed pages, maybe over an earlier build) must be
 # byte-identical to a clean build: a copy of the working tree in a folder of another name,
-# every page executed afresh, offline (compiled figures come from REMAT_GUIDE_CACHE_DIR).
+# every page executed afresh, offline, with an empty cache (REMAT_GUIDE_CACHE_DIR) of compiled
+# figures and answers: its pages compute what they show from the figure store, as in a fresh clone.
 # `make test` runs it beside pytest on the same cores with REPRO_SAMPLE set: every page is
 # still read, rendered and written from scratch, but only a seeded sample of pages is executed
 # afresh, drawn in random order while their execution in `make html` adds up to at most
@@ -200,6 +201,7 @@ repro-check: $(STAMP) $(JAX_ENV_STAMP)
 	$(if $(REPRO_SAMPLE),mkdir -p $(REPRO)/_build && cp -r $(BUILD)/.jupyter_cache $(REPRO)/_build/ && \
 	  $(BIN)/python -m remat_guide.site.repro_sample --cache $(REPRO)/_build/.jupyter_cache \
 	    --docs $(CURDIR)/docs --budget $(REPRO_SAMPLE) $(if $(REPRO_SEED),--seed $(REPRO_SEED)))
+	export REMAT_GUIDE_CACHE_DIR=$(CURDIR)/$(REPRO)/_build/.compiled; \
 	build='$(CURDIR)/$(BIN)/sphinx-build -q $(SPHINXOPTS) -j auto -d _build/doctrees -c . docs _build/html'; \
 	if command -v ip >/dev/null && unshare -rn true 2>/dev/null; then \
 	  echo "test-repro: the clean build runs in a network namespace with only the loopback"; \

@@ -124,26 +124,48 @@ def stored(kind: str, compiler: str, lowered: Any) -> Any:
     return _get(_key(kind, compiler, lowered))
 
 
-def cached(kind: str, parts: Any, compute: Callable[[], Any], refresh: bool = False) -> Any:
+def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     """A result of ``compute()`` kept in the cache under ``kind`` and ``parts``, or read back from it.
 
-    For results that follow from compiled programs without being one (the command
-    line's answers). The key covers ``parts`` (JSON-serialisable), the XLA flags, the
-    versions of JAX, jaxlib and the accelerators' compilers installed and this package's
-    source. Without a cache (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time;
-    with ``refresh``, it runs and what it returns replaces what the cache held.
+    For results that follow from compiled programs without being one (the command line's
+    answers, the site's searches). The key covers ``parts`` (JSON-serialisable), the XLA
+    flags, the versions of JAX, jaxlib and the accelerators' compilers installed, this
+    package's source and whether a figure store is read. Without a cache
+    (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time.
+
+    The figure store's entries that ``compute()`` looked up are kept with its result, and a
+    build (``REMAT_GUIDE_FIGURES_LOG``) that reads the result back records them as read, as
+    computing it would have: ``make figures`` keeps what a build with an empty cache reads.
+    A result one of whose entries is neither in the store nor compiled in this build is
+    computed again, so that the miss is recorded.
     """
     if _folder() is None:
         return compute()
     compilers = [f"{name} {_installed(name)}" for name in ("libtpu", "jax-cuda12-plugin")]
     text = "\0".join([kind, os.environ.get("XLA_FLAGS", ""), _code_version(), *compilers,
-                      json.dumps(parts, sort_keys=True)])
+                      str(store.store_folder() is not None), json.dumps(parts, sort_keys=True)])
     cache_key = hashlib.sha256(text.encode()).hexdigest()
-    found = None if refresh else _get(cache_key)
-    if found is None:
-        found = compute()
-        _put(cache_key, found)
-    return found
+    found = _get(cache_key)
+    if isinstance(found, dict) and "value" in found and _replayed(found.get("reads", [])):
+        return found["value"]
+    with store.recording() as reads:
+        value = compute()
+    _put(cache_key, {"value": value, "reads": sorted(reads)})
+    return value
+
+
+def _replayed(keys: list[str]) -> bool:
+    """Records in a build's log the reads of entries ``keys``; ``False`` (recording nothing) when one is missing."""
+    build_log, folder = store.log(), store.store_folder()
+    if build_log is None or folder is None:
+        return True
+    held = store.load(folder) if folder.is_dir() else {}
+    if any(key not in held and build_log.find_missed(key) is None for key in keys):
+        return False
+    who = _reader()
+    for key in keys:
+        build_log.read(key, who)
+    return True
 
 
 def _installed(package: str) -> str:
@@ -339,6 +361,7 @@ def target_figures(lowered: Any, target: str, platform: str, options: dict[str, 
     text = lowered.as_text()
     compiler = compiler_version(platform)
     key = store.entry_key(target, compiler, settings, text)
+    store.looked_up(key)
     build_log = store.log()
     who = _reader()
     entry = store.load(folder).get(key) if folder.is_dir() else None
@@ -401,6 +424,8 @@ def record_read(key: str | None) -> None:
     build that starts with an empty cache reads the entry, so this one records it too.
     """
     build_log, folder = store.log(), store.store_folder()
+    if key and folder is not None:
+        store.looked_up(key)
     if key and build_log is not None and folder is not None and folder.is_dir() and key in store.load(folder):
         build_log.read(key, _reader())
 

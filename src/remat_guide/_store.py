@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -10,15 +11,15 @@ import os
 import pathlib
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from remat_guide import _roofline as roofline
 
 __all__ = ["LOG_VARIABLE", "PAGE_VARIABLE", "PROGRAMS", "REHEARSAL_VARIABLE", "STORE_VARIABLE", "Log", "StoreError",
-           "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log", "outdated",
-           "program_bytes", "program_name", "program_path", "read_program", "start_page", "store_folder", "write",
-           "write_json", "write_program"]
+           "digest", "entry_key", "figures_of", "has_program", "identity_of", "load", "log", "looked_up", "outdated",
+           "program_bytes", "program_name", "program_path", "read_program", "recording", "start_page", "store_folder",
+           "write", "write_json", "write_program"]
 
 STORE_VARIABLE = "REMAT_GUIDE_FIGURES"
 """Names the store's folder (the site's is ``docs/_figures``); unset, nothing is read or recorded."""
@@ -278,6 +279,26 @@ class Log:
         """The keys read, by who read them."""
         return {path.stem: set(path.read_text(encoding="utf-8").split())
                 for path in sorted((self.folder / "read").glob("*.txt"))}
+
+
+_RECORDINGS: list[set[str]] = []
+
+
+def looked_up(key: str) -> None:
+    """Notes that this process looked up the entry ``key`` in the store, for each :func:`recording` under way."""
+    for keys in _RECORDINGS:
+        keys.add(key)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set[str]]:
+    """Collects the keys of the entries that this process looks up in the store (:func:`looked_up`) while it lasts."""
+    keys: set[str] = set()
+    _RECORDINGS.append(keys)
+    try:
+        yield keys
+    finally:
+        del _RECORDINGS[next(i for i, each in enumerate(_RECORDINGS) if each is keys)]
 
 
 _STARTED_VARIABLE = "REMAT_GUIDE_PAGE_STARTED"

@@ -869,9 +869,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _cpu_devices(request["devices"])
             from remat_guide import _cache as cache
 
-            # In a build or a test run, every program is looked up, so that each read is recorded.
-            answer = cache.cached("fit", request, lambda: _fit_answer(request, config, progress),
-                                  refresh=bool(os.environ.get("REMAT_GUIDE_FIGURES_LOG")))
+            answer = cache.cached("fit", request, lambda: _fit_answer(request, config, progress))
         print(json.dumps(answer, indent=2) if options.json else _fit_text(answer))
         return FITS if answer["pick"] is not None else NOTHING_FITS
     except UsageError as error:

@@ -39,12 +39,11 @@ def config(tmp_path_factory):
 def _env(cache, logged=False):
     """This environment with the repository's figure store and the test's own cache.
 
-    Without ``logged``, the run leaves the build's record of what the store gave out: the
-    command then reads its answer from the cache when an earlier run kept it there. With
-    ``logged``, every program the command needs is looked up in the store (the cache is the
-    test's, new each run, so that no program's figures come from an earlier run's), each read
-    recorded and each program the store lacks named as missing; the command keeps its answer
-    in the cache for the runs after it.
+    The command reads its answer from the cache when an earlier run kept it there (the cache
+    is the test's, new each run, so that no answer comes from an earlier run's). With
+    ``logged``, the run keeps the build's record of what the store gave out: each entry read
+    (or, for an answer read back, each entry its computation read) and each program the
+    store lacks, named as missing.
     """
     env = dict(os.environ)
     if not logged:

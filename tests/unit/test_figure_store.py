@@ -134,6 +134,43 @@ def test_a_build_records_the_cpu_programs_whose_flops_the_cache_answered(site_st
     assert not compiles and log.reads()["probe"] == first
 
 
+def test_an_answer_read_back_from_the_cache_records_the_entries_its_computation_read(site_store, monkeypatch):
+    # A page's search, kept whole: read back, it must leave the same record as computing it, or
+    # `make figures` after a build with a warm cache drops the entries it rests on.
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(site_store / "cache"))
+    computed = []
+
+    def answer():
+        computed.append(1)
+        monkeypatch.setattr(measure, "_TARGET_FLOPS", {})  # as in a new process: the CPU programs are looked up
+        return compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")[0].temp_bytes
+
+    first = cache.cached("probe answer", ["h100"], answer)
+    make_figures(site_store)
+    log = store.Log(site_store / "log")
+    read = log.reads()["probe"]
+    assert {store.load(site_store / "store")[key]["target"] for key in read} == {"cpu", "h100"}
+    log.start("probe")
+    with counting_compiles() as compiles:
+        assert cache.cached("probe answer", ["h100"], answer) == first
+    assert not compiles and computed == [1] and log.reads()["probe"] == read
+    # A run without a build's log reads it back too; without the store, it is computed and kept apart.
+    monkeypatch.delenv(store.LOG_VARIABLE)
+    assert cache.cached("probe answer", ["h100"], answer) == first and computed == [1]
+    monkeypatch.delenv(store.STORE_VARIABLE)
+    assert cache.cached("probe answer", ["h100"], answer) == first and computed == [1, 1]
+    monkeypatch.setenv(store.STORE_VARIABLE, str(site_store / "store"))
+    monkeypatch.setenv(store.LOG_VARIABLE, str(site_store / "log"))
+    # An entry gone from the store: the answer is computed again and the entry's program compiled, as a miss.
+    held = store.load(site_store / "store")
+    store.write(site_store / "store", [entry for key, entry in held.items() if key not in read])
+    store.load.cache_clear()
+    assert cache.cached("probe answer", ["h100"], answer) == first and computed == [1, 1, 1]
+    # The H100's programs compiled again, as misses (the CPU's FLOPs may come from the cache).
+    missed = {entry["key"]: entry["target"] for entry in log.all_missed()}
+    assert set(missed) <= read and "h100" in missed.values()
+
+
 def test_a_cpu_measurement_is_kept_with_its_flops_read_back_without_compiling_and_compiled_again_the_same(
         site_store, worker_processes, capsys):
     rows = compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES)

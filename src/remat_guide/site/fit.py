@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from typing import Any
 
 import jax
 import numpy as np
 import pandas as pd
 
+from remat_guide import _cache as cache
 from remat_guide import compare_policies, plan_names, recommend_policy
-from remat_guide.compare import Comparison
-from remat_guide.fit import BatchPlan, largest_batch, recommend_batch, step_memory
+from remat_guide.compare import Comparison, PolicyRow
+from remat_guide.fit import BatchFit, BatchPlan, PolicyBatch, largest_batch, recommend_batch, step_memory
 from remat_guide.models import LLAMA3, MAXTEXT_PRESETS, decoder_args, decoder_loss, decoder_step
 from remat_guide.site import hardware
 from remat_guide.targets import target, usable_bytes
@@ -150,21 +152,55 @@ def budget(setup: Setup) -> int:
     return chosen.memory_bytes * 9 // 10
 
 
+# The searches and comparisons below are kept whole in the cache (``REMAT_GUIDE_CACHE_DIR``, with the
+# figure store's entries they read): several pages ask for the same setup, and the downloaded
+# notebook's rerun in `make test` asks again. Pages get what the cache gives back, computed or not.
+
+
+def _row_json(row: Any) -> dict[str, Any]:
+    """A dataclass row as JSON, without its policy (found again by its name)."""
+    return {field.name: getattr(row, field.name) for field in dataclasses.fields(row) if field.name != "policy"}
+
+
 @functools.cache
 def rows(key: str, attention: str = ATTENTION) -> Comparison:
     """The compared policies of one setup, compiled for its target (one sequence per FSDP group)."""
     setup = _setup(key)
-    return compare_policies(functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple),
-                            step=True, target=setup.target, policies=POLICIES)
+
+    def compare() -> list[dict[str, Any]]:
+        return [_row_json(row) for row in compare_policies(
+            functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple),
+            step=True, target=setup.target, policies=POLICIES)]
+
+    kept = cache.cached("site fit rows", [key, attention], compare)
+    return Comparison(PolicyRow(policy=POLICIES.get(row["name"]), **row) for row in json.loads(json.dumps(kept)))
 
 
 @functools.cache
 def batches(key: str) -> BatchPlan:
     """:func:`remat_guide.fit.recommend_batch` for the setup: no checkpoint and :data:`SEARCHED`, fused attention."""
     setup = _setup(key)
-    return recommend_batch(setup.step_for, setup.args, policies={name: POLICIES[name] for name in searched(setup)},
-                           target=setup.target, tokens_per_example=SEQ, budget_bytes=budget(setup),
-                           multiple=setup.multiple, limit=64 * setup.multiple)
+    policies = {name: POLICIES[name] for name in searched(setup)}
+
+    def search() -> dict[str, Any]:
+        plan = recommend_batch(setup.step_for, setup.args, policies=policies, target=setup.target,
+                               tokens_per_example=SEQ, budget_bytes=budget(setup), multiple=setup.multiple,
+                               limit=64 * setup.multiple)
+        return {"rows": [{**_row_json(row), "fit": row.fit and dataclasses.asdict(row.fit)} for row in plan.rows],
+                "pick": next((i for i, row in enumerate(plan.rows) if row is plan.pick), None),
+                "basis": plan.basis, "global_batch": plan.global_batch}
+
+    kept = json.loads(json.dumps(cache.cached("site fit batches", [key], search)))
+    found = tuple(PolicyBatch(**{**row, "policy": policies.get(row["name"]), "fit": _fit_of(row["fit"])})
+                  for row in kept["rows"])
+    return BatchPlan(found, None if kept["pick"] is None else found[kept["pick"]], kept["basis"], kept["global_batch"])
+
+
+def _fit_of(kept: dict[str, Any] | None) -> BatchFit | None:
+    """A :class:`remat_guide.fit.BatchFit` from its JSON (lists for tuples)."""
+    if kept is None:
+        return None
+    return BatchFit(**{**kept, "compiled": tuple(map(tuple, kept["compiled"])), "refused": tuple(kept["refused"])})
 
 
 def searched(setup: Setup) -> tuple[str, ...]:
