@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -162,18 +163,19 @@ def _row_json(row: Any) -> dict[str, Any]:
     return {field.name: getattr(row, field.name) for field in dataclasses.fields(row) if field.name != "policy"}
 
 
+def _kept_rows(parts: list[Any], compare: Callable[[], Comparison]) -> Comparison:
+    """``compare()``, kept in the cache under ``parts``; each row's policy is found again in :data:`POLICIES`."""
+    kept = cache.cached("site fit rows", parts, lambda: [_row_json(row) for row in compare()])
+    return Comparison(PolicyRow(policy=POLICIES.get(row["name"]), **row) for row in json.loads(json.dumps(kept)))
+
+
 @functools.cache
 def rows(key: str, attention: str = ATTENTION) -> Comparison:
     """The compared policies of one setup, compiled for its target (one sequence per FSDP group)."""
     setup = _setup(key)
-
-    def compare() -> list[dict[str, Any]]:
-        return [_row_json(row) for row in compare_policies(
-            functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple),
-            step=True, target=setup.target, policies=POLICIES)]
-
-    kept = cache.cached("site fit rows", [key, attention], compare)
-    return Comparison(PolicyRow(policy=POLICIES.get(row["name"]), **row) for row in json.loads(json.dumps(kept)))
+    return _kept_rows([key, attention], lambda: compare_policies(
+        functools.partial(setup.step_for, attention=attention), *setup.args(setup.multiple),
+        step=True, target=setup.target, policies=POLICIES))
 
 
 @functools.cache
@@ -403,10 +405,12 @@ MEASURED_POLICIES = ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded")
 
 
 @functools.cache
+@functools.cache
 def _h200_rows() -> Comparison:
     config = LLAMA3["1b"]
-    return compare_policies(functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ), step=True,
-                            target="h200", policies={name: POLICIES[name] for name in MEASURED_POLICIES})
+    return _kept_rows(["h200", "1b"], lambda: compare_policies(
+        functools.partial(decoder_step, config), *decoder_args(config, 1, SEQ), step=True, target="h200",
+        policies={name: POLICIES[name] for name in MEASURED_POLICIES}))
 
 
 def h200_software() -> str:
