@@ -405,7 +405,6 @@ MEASURED_POLICIES = ("full", "minimal", "save_qkv_proj", "qkv_proj_offloaded")
 
 
 @functools.cache
-@functools.cache
 def _h200_rows() -> Comparison:
     config = LLAMA3["1b"]
     return _kept_rows(["h200", "1b"], lambda: compare_policies(
