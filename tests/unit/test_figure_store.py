@@ -124,14 +124,23 @@ def test_a_build_records_the_cpu_programs_whose_flops_the_cache_answered(site_st
     monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(site_store / "cache"))
     monkeypatch.setattr(measure, "_TARGET_FLOPS", {})  # as in a new process: the CPU programs are looked up
     compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
-    make_figures(site_store)
-    log = store.Log(site_store / "log")
-    first = log.reads()["probe"]
-    assert {store.load(site_store / "store")[key]["target"] for key in first} == {"cpu", "h100"}
-    log.start("probe")
+    log, first = _stored_and_started_again(site_store)
     with counting_compiles() as compiles:
         compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")
     assert not compiles and log.reads()["probe"] == first
+
+
+def _stored_and_started_again(site_store):
+    """After a first run of the page 'probe': `make figures`, then the page's record emptied as it runs again.
+
+    Returns the log and the keys the first run read (of the CPU's and the H100's programs).
+    """
+    make_figures(site_store)
+    log = store.Log(site_store / "log")
+    read = log.reads()["probe"]
+    assert {store.load(site_store / "store")[key]["target"] for key in read} == {"cpu", "h100"}
+    log.start("probe")
+    return log, read
 
 
 def test_an_answer_read_back_from_the_cache_records_the_entries_its_computation_read(site_store, monkeypatch):
@@ -146,11 +155,7 @@ def test_an_answer_read_back_from_the_cache_records_the_entries_its_computation_
         return compare_policies(mlp_scan_loss, *ARGS, policies=POLICIES, target="h100")[0].temp_bytes
 
     first = cache.cached("probe answer", ["h100"], answer)
-    make_figures(site_store)
-    log = store.Log(site_store / "log")
-    read = log.reads()["probe"]
-    assert {store.load(site_store / "store")[key]["target"] for key in read} == {"cpu", "h100"}
-    log.start("probe")
+    log, read = _stored_and_started_again(site_store)
     with counting_compiles() as compiles:
         assert cache.cached("probe answer", ["h100"], answer) == first
     assert not compiles and computed == [1] and log.reads()["probe"] == read
