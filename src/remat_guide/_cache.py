@@ -155,16 +155,21 @@ def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
 
 
 def _replayed(keys: list[str]) -> bool:
-    """Records in a build's log the reads of entries ``keys``; ``False`` (recording nothing) when one is missing."""
+    """Records the reads of entries ``keys`` as looking them up would; ``False``, recording nothing, if one is missing.
+
+    They go to a build's log, and to each :func:`store.recording` under way (a kept result
+    read back while another is computed is part of what the other rests on).
+    """
     build_log, folder = store.log(), store.store_folder()
-    if build_log is None or folder is None:
-        return True
-    held = store.load(folder) if folder.is_dir() else {}
-    if any(key not in held and build_log.find_missed(key) is None for key in keys):
-        return False
-    who = _reader()
+    if build_log is not None and folder is not None:
+        held = store.load(folder) if folder.is_dir() else {}
+        if any(key not in held and build_log.find_missed(key) is None for key in keys):
+            return False
+        who = _reader()
+        for key in keys:
+            build_log.read(key, who)
     for key in keys:
-        build_log.read(key, who)
+        store.looked_up(key)
     return True
 
 

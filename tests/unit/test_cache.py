@@ -9,6 +9,7 @@ import jax
 import pytest
 
 from helpers import counting_compiles
+from remat_guide import _store as store
 from remat_guide import compare_policies, count_flops, plan_names
 from remat_guide._cache import cached, compile_unrun
 from remat_guide.models import mlp_args, mlp_scan_loss, transformer_args, transformer_loss
@@ -130,6 +131,24 @@ def test_an_answer_is_read_back_by_its_parts(tmp_path, monkeypatch):
     monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", "")
     assert cached("fit", {"seq": 64}, lambda: answer("fifth")) == {"pick": "fifth"}
     assert computed == ["first", "third", "fourth", "fifth"]
+
+
+def test_an_answer_computed_from_a_kept_answer_keeps_the_entries_that_one_read(tmp_path, monkeypatch):
+    # Read back, the inner answer must count as the figure store's entries it rests on, or the outer
+    # answer, kept, would rest on none of them (and `make figures` could drop them).
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(store.LOG_VARIABLE, raising=False)
+    monkeypatch.delenv(store.STORE_VARIABLE, raising=False)
+
+    def inner():
+        store.looked_up("an entry")
+        return 1
+
+    assert cached("inner", {}, inner) == 1
+    assert cached("outer", {}, lambda: cached("inner", {}, lambda: 0) + 1) == 2
+    with store.recording() as reads:
+        assert cached("outer", {}, lambda: 0) == 2
+    assert reads == {"an entry"}
 
 
 def test_a_file_in_place_of_the_folder_is_refused_by_name(tmp_path, monkeypatch):
