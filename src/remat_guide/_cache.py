@@ -131,7 +131,8 @@ def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     answers, the site's searches). The key covers ``parts`` (JSON-serialisable), the XLA
     flags, the versions of JAX, jaxlib and the accelerators' compilers installed, this
     package's source and whether a figure store is read. Without a cache
-    (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time.
+    (``REMAT_GUIDE_CACHE_DIR`` unset), ``compute()`` runs each time. Computed or read back,
+    the result is what JSON gives back (lists for tuples), so that callers get the same either way.
 
     The figure store's entries that ``compute()`` looked up are kept with its result, and a
     build (``REMAT_GUIDE_FIGURES_LOG``) that reads the result back records them as read, as
@@ -140,7 +141,7 @@ def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     computed again, so that the miss is recorded.
     """
     if _folder() is None:
-        return compute()
+        return json.loads(json.dumps(compute()))
     compilers = [f"{name} {_installed(name)}" for name in ("libtpu", "jax-cuda12-plugin")]
     text = "\0".join([kind, os.environ.get("XLA_FLAGS", ""), _code_version(), *compilers,
                       str(store.store_folder() is not None), json.dumps(parts, sort_keys=True)])
@@ -149,7 +150,7 @@ def cached(kind: str, parts: Any, compute: Callable[[], Any]) -> Any:
     if isinstance(found, dict) and "value" in found and _replayed(found.get("reads", [])):
         return found["value"]
     with store.recording() as reads:
-        value = compute()
+        value = json.loads(json.dumps(compute()))
     _put(cache_key, {"value": value, "reads": sorted(reads)})
     return value
 

@@ -131,6 +131,10 @@ def test_an_answer_is_read_back_by_its_parts(tmp_path, monkeypatch):
     monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", "")
     assert cached("fit", {"seq": 64}, lambda: answer("fifth")) == {"pick": "fifth"}
     assert computed == ["first", "third", "fourth", "fifth"]
+    # Computed or read back, with a cache or without, a result comes as JSON gives it back.
+    assert cached("pair", {}, lambda: (1, 2)) == [1, 2]
+    monkeypatch.setenv("REMAT_GUIDE_CACHE_DIR", str(tmp_path))
+    assert cached("pair", {}, lambda: (1, 2)) == [1, 2] == cached("pair", {}, lambda: (3, 4))
 
 
 def test_an_answer_computed_from_a_kept_answer_keeps_the_entries_that_one_read(tmp_path, monkeypatch):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -166,7 +165,7 @@ def _row_json(row: Any) -> dict[str, Any]:
 def _kept_rows(parts: list[Any], compare: Callable[[], Comparison]) -> Comparison:
     """``compare()``, kept in the cache under ``parts``; each row's policy is found again in :data:`POLICIES`."""
     kept = cache.cached("site fit rows", parts, lambda: [_row_json(row) for row in compare()])
-    return Comparison(PolicyRow(policy=POLICIES.get(row["name"]), **row) for row in json.loads(json.dumps(kept)))
+    return Comparison(PolicyRow(policy=POLICIES.get(row["name"]), **row) for row in kept)
 
 
 @functools.cache
@@ -192,7 +191,7 @@ def batches(key: str) -> BatchPlan:
                 "pick": next((i for i, row in enumerate(plan.rows) if row is plan.pick), None),
                 "basis": plan.basis, "global_batch": plan.global_batch}
 
-    kept = json.loads(json.dumps(cache.cached("site fit batches", [key], search)))
+    kept = cache.cached("site fit batches", [key], search)
     found = tuple(PolicyBatch(**{**row, "policy": policies.get(row["name"]), "fit": _fit_of(row["fit"])})
                   for row in kept["rows"])
     return BatchPlan(found, None if kept["pick"] is None else found[kept["pick"]], kept["basis"], kept["global_batch"])
